@@ -1,0 +1,68 @@
+"""Shared helpers for the benchmarks: timing, machine description, result files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def best_time(fn: Callable[[], object], repeat: int = 3, min_time: float = 0.0) -> float:
+    """Best wall time of ``fn`` over ``repeat`` runs (and at least ``min_time`` seconds total)."""
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < repeat or time.perf_counter() - start < min_time:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    mem_gib = None
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        mem_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    return {
+        "cpu": cpu,
+        "cores": cores,
+        "memory_gib": mem_gib,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {
+        "machine": machine(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **payload,
+    }
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    return path

@@ -1,0 +1,225 @@
+"""SimilarityIndex: a growable bank of L2-normalised float32 rows with exact greedy dedup.
+
+The experience bank builds on it. Every public method validates its input completely before it
+touches state, so a failed call leaves the index exactly as it was.
+
+Decision rule (exact, documented): candidate j is rejected when its key (text, or the bytes of
+its normalised vector) equals that of a row already in the index or of an earlier candidate of
+the batch, or when ``sim(j, e) >= tau`` for some row ``e`` in the index or an earlier *accepted*
+candidate; otherwise it is accepted and appended. ``sim`` is the float64 dot product, in index
+order, of the normalised float32 rows. Ties (``sim == tau``) reject. The kernel works in float32
+and recomputes in float64 only inside a band around τ wider than any float32 rounding error, so
+batch and one-at-a-time insertion make identical decisions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rse_fast import kernels
+
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    """Per-candidate outcome of :meth:`SimilarityIndex.insert`, in input order.
+
+    ``similarity[j]`` and ``match[j]``: the most similar row the rule compared j with (for a
+    rejection, the row that caused it; for B=1, the first such row found). ``match`` ids are
+    row ids of the index after the insert; -1 (with similarity -inf) when nothing was compared.
+    ``rows[j]`` is the row id given to an accepted candidate, -1 for a rejected one.
+    ``from_batch[j]`` says whether ``match[j]`` is a candidate of this same batch.
+    """
+
+    accepted: np.ndarray
+    similarity: np.ndarray
+    match: np.ndarray
+    rows: np.ndarray
+    from_batch: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.accepted.shape[0])
+
+    @property
+    def n_accepted(self) -> int:
+        return int(self.accepted.sum())
+
+
+def _validate_tau(tau: float) -> float:
+    try:
+        t = float(tau)
+    except (TypeError, ValueError):
+        raise ValueError(f"tau must be a real number in (-1, 1], got {tau!r}") from None
+    if not (-1.0 < t <= 1.0):
+        raise ValueError(f"tau must be in (-1, 1], got {t}")
+    return t
+
+
+def normalize_rows(vectors: object, dim: int) -> np.ndarray:
+    """Validate a (n, dim) real array and return a C-contiguous float32 copy with unit rows."""
+    arr = np.asarray(vectors)
+    if arr.ndim != 2:
+        raise ValueError(f"vectors must be a 2-D array of shape (n, {dim}), got shape {arr.shape}")
+    if arr.dtype.kind != "f":
+        raise ValueError(f"vectors must have a floating dtype (float32 preferred), got {arr.dtype}")
+    if arr.shape[1] != dim:
+        raise ValueError(f"vectors have dimension {arr.shape[1]}, the index has dimension {dim}")
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)[:5].tolist()
+        raise ValueError(f"vectors contain NaN or inf (rows {bad})")
+    norms = np.linalg.norm(arr.astype(np.float64, copy=False), axis=1)
+    if (norms == 0).any():
+        bad = np.flatnonzero(norms == 0)[:5].tolist()
+        raise ValueError(f"vectors contain zero rows, which have no direction (rows {bad})")
+    return np.ascontiguousarray(arr / norms[:, None], dtype=np.float32)
+
+
+def _digests(unit: np.ndarray, keys: Sequence[str | bytes] | None) -> np.ndarray:
+    if keys is None:
+        return kernels.row_digests(unit)
+    if isinstance(keys, (str, bytes)) or len(keys) != unit.shape[0]:
+        raise ValueError(f"keys must be a sequence of {unit.shape[0]} str or bytes, one per row")
+    out = np.empty(len(keys), np.uint64)
+    for i, key in enumerate(keys):
+        if isinstance(key, str):
+            key = key.encode("utf-8", "surrogatepass")
+        elif not isinstance(key, bytes):
+            raise ValueError(f"keys[{i}] must be str or bytes, got {type(key).__name__}")
+        out[i] = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+    return out
+
+
+class SimilarityIndex:
+    """Preallocated (capacity, dim) float32 matrix of unit rows, capacity doubling on demand."""
+
+    def __init__(self, dim: int, capacity: int = 1024) -> None:
+        if int(dim) != dim or dim <= 0:
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        if int(capacity) != capacity or capacity <= 0:
+            raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+        self._dim = int(dim)
+        self._rows = np.zeros((int(capacity), self._dim), np.float32)
+        self._n = 0
+        self._row_of_digest: dict[int, int] = {}
+        self._digests = np.zeros(int(capacity), np.uint64)
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def capacity(self) -> int:
+        return int(self._rows.shape[0])
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """Read-only view of the used rows."""
+        view = self._rows[: self._n]
+        view.flags.writeable = False
+        return view
+
+    def max_similarity(self, vectors: object) -> tuple[np.ndarray, np.ndarray]:
+        """Max similarity of each vector to the index and the row holding it (-inf, -1 if empty)."""
+        unit = normalize_rows(vectors, self._dim)
+        return kernels.bank_max_tiled(self._rows, self._n, unit)
+
+    def insert(
+        self, vectors: object, tau: float, keys: Sequence[str | bytes] | None = None
+    ) -> InsertResult:
+        """Greedily insert a batch in order; see the module docstring for the exact rule."""
+        t = _validate_tau(tau)
+        unit = normalize_rows(vectors, self._dim)
+        digests = _digests(unit, keys)
+        with self._lock:
+            n0 = self._n
+            b = unit.shape[0]
+            bank_dup = np.full(b, -1, np.int64)
+            dup_of = np.full(b, -1, np.int64)
+            first_seen: dict[int, int] = {}
+            for j, dg in enumerate(digests.tolist()):
+                row = self._row_of_digest.get(dg)
+                if row is not None:
+                    bank_dup[j] = row
+                elif dg in first_seen:
+                    dup_of[j] = first_seen[dg]
+                else:
+                    first_seen[dg] = j
+            dec = kernels.greedy_insert(self._rows, n0, unit, t, bank_dup, dup_of)
+            rows = np.full(b, -1, np.int64)
+            rows[dec.accepted] = n0 + np.arange(int(dec.accepted.sum()))
+            self._append(unit[dec.accepted], digests[dec.accepted])
+        return InsertResult(dec.accepted, dec.similarity, dec.match, rows, dec.match >= n0)
+
+    def extend(self, vectors: object, keys: Sequence[str | bytes] | None = None) -> np.ndarray:
+        """Append rows without deduplication (bulk loading); returns their row ids."""
+        unit = normalize_rows(vectors, self._dim)
+        digests = _digests(unit, keys)
+        with self._lock:
+            n0 = self._n
+            self._append(unit, digests)
+        return np.arange(n0, n0 + unit.shape[0])
+
+    def _append(self, unit: np.ndarray, digests: np.ndarray) -> None:
+        k = unit.shape[0]
+        if k == 0:
+            return
+        need = self._n + k
+        rows, dg = self._rows, self._digests
+        if need > rows.shape[0]:
+            cap = rows.shape[0]
+            while cap < need:
+                cap *= 2
+            rows = np.zeros((cap, self._dim), np.float32)
+            rows[: self._n] = self._rows[: self._n]
+            dg = np.zeros(cap, np.uint64)
+            dg[: self._n] = self._digests[: self._n]
+        rows[self._n : need] = unit
+        dg[self._n : need] = digests
+        for i, d in enumerate(digests.tolist()):
+            self._row_of_digest.setdefault(d, self._n + i)
+        self._rows, self._digests, self._n = rows, dg, need
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the used rows and their keys to an ``.npz`` file atomically."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with self._lock, open(tmp, "wb") as fh:
+            np.savez(
+                fh,
+                format=np.int64(_FORMAT),
+                rows=self._rows[: self._n],
+                digests=self._digests[: self._n],
+            )
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SimilarityIndex:
+        """Read an index written by :meth:`save`, validating shapes, dtypes and values."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                fmt = int(data["format"])
+                rows = data["rows"]
+                digests = data["digests"]
+        except (KeyError, OSError, ValueError) as exc:
+            raise ValueError(f"{path}: not a SimilarityIndex file ({exc})") from exc
+        if fmt != _FORMAT:
+            raise ValueError(f"{path}: unsupported index format {fmt}")
+        if rows.ndim != 2 or rows.dtype != np.float32 or digests.shape != rows.shape[:1]:
+            raise ValueError(f"{path}: corrupt index (rows {rows.shape}, digests {digests.shape})")
+        index = cls(rows.shape[1], capacity=max(1, rows.shape[0]))
+        if rows.shape[0]:
+            index._append(normalize_rows(rows, rows.shape[1]), digests.astype(np.uint64))
+        return index

@@ -1,0 +1,222 @@
+"""SimilarityIndex: exactness against the naive reference, growth, persistence, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference import reference_decisions
+
+from rse_fast import kernels
+from rse_fast.index import SimilarityIndex, normalize_rows
+
+
+def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    x = rng.standard_normal((n, dim))
+    return normalize_rows(x, dim)
+
+
+def at_similarity(e: np.ndarray, s: float, rng: np.random.Generator) -> np.ndarray:
+    """A unit vector whose cosine with unit ``e`` is ``s`` (up to float rounding)."""
+    u = rng.standard_normal(e.shape[0])
+    u -= (u @ e) * e
+    u /= np.linalg.norm(u)
+    return s * e + np.sqrt(max(0.0, 1 - s * s)) * u
+
+
+def adversarial(
+    seed: int, n_bank: int, b: int, dim: int, tau: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bank and candidates mixing random rows, exact and near duplicates, chains a≈b≈c with a, c
+    apart, and similarities within 1e-6 of τ to bank rows or earlier candidates."""
+    rng = np.random.default_rng(seed)
+    bank = unit(rng, n_bank, dim)
+    cands: list[np.ndarray] = []
+    for _ in range(b):
+        pool = [*bank, *cands]
+        kind = rng.integers(0, 6) if pool else 0
+        if kind == 0:
+            v = rng.standard_normal(dim)
+        else:
+            e = pool[rng.integers(0, len(pool))].astype(np.float64)
+            if kind == 1:
+                v = e.copy()  # exact duplicate
+            elif kind == 2:
+                v = e + rng.normal(0, 0.05, dim)  # near duplicate
+            elif kind == 3:
+                v = at_similarity(e, tau + rng.uniform(-1e-6, 1e-6), rng)  # tie zone
+            elif kind == 4:
+                v = at_similarity(e, min(1.0, max(-1.0, tau)), rng)  # on τ
+            else:  # chain: b halfway between e and a far vector
+                far = at_similarity(e, 2 * tau * tau - 1, rng)
+                v = at_similarity(e, tau, rng) if rng.random() < 0.5 else far
+        cands.append(normalize_rows(v[None, :], dim)[0])
+    c = np.array(cands, np.float32).reshape(b, dim)
+    return bank, c
+
+
+taus = st.one_of(
+    st.sampled_from([0.8, 0.85, 0.5, 0.95, 0.999, 1.0, -0.5, 0.0]),
+    st.floats(-0.99, 1.0, allow_nan=False),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_bank=st.integers(0, 30),
+    b=st.integers(0, 40),
+    dim=st.sampled_from([2, 3, 8, 64, 384]),
+    tau=taus,
+)
+def test_batch_equals_sequential_reference(seed, n_bank, b, dim, tau):
+    bank, cands = adversarial(seed, n_bank, b, dim, tau)
+    index = SimilarityIndex(dim, capacity=1)
+    index.extend(bank)
+    result = index.insert(cands, tau)
+    assert result.accepted.tolist() == reference_decisions(bank, cands, tau)
+    assert len(index) == n_bank + result.n_accepted
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_bank=st.integers(0, 20),
+    b=st.integers(1, 25),
+    dim=st.sampled_from([3, 16, 384]),
+    tau=taus,
+)
+def test_one_at_a_time_equals_batch(seed, n_bank, b, dim, tau):
+    bank, cands = adversarial(seed, n_bank, b, dim, tau)
+    batch_index = SimilarityIndex(dim)
+    batch_index.extend(bank)
+    single_index = SimilarityIndex(dim)
+    single_index.extend(bank)
+    batch = batch_index.insert(cands, tau).accepted.tolist()
+    single = [bool(single_index.insert(c[None, :], tau).accepted[0]) for c in cands]
+    assert single == batch
+    np.testing.assert_array_equal(batch_index.vectors, single_index.vectors)
+
+
+def test_multi_tile_scan_matches_reference(monkeypatch):
+    """Force many small GEMM tiles so the running max crosses tile boundaries."""
+    monkeypatch.setattr(kernels.greedy, "TILE_BYTES", 64)
+    monkeypatch.setattr(kernels.greedy, "MIN_TILE_ROWS", 7)
+    bank, cands = adversarial(7, 200, 64, 32, 0.8)
+    index = SimilarityIndex(32)
+    index.extend(bank)
+    expected_max = (cands.astype(np.float64) @ bank.astype(np.float64).T).max(axis=1)
+    sims, rows = index.max_similarity(cands)
+    np.testing.assert_allclose(sims, expected_max, atol=1e-5)
+    np.testing.assert_allclose(np.einsum("ij,ij->i", cands, bank[rows]), expected_max, atol=1e-5)
+    assert index.insert(cands, 0.8).accepted.tolist() == reference_decisions(bank, cands, 0.8)
+
+
+def test_explanations_name_the_cause():
+    rng = np.random.default_rng(1)
+    e = unit(rng, 1, 16)[0]
+    far = at_similarity(e.astype(np.float64), 0.0, rng)
+    near_far = at_similarity(far, 0.95, rng)
+    index = SimilarityIndex(16)
+    index.extend(e[None, :])
+    res = index.insert(np.stack([e * 3, far, near_far]).astype(np.float32), 0.9)
+    assert res.accepted.tolist() == [False, True, False]
+    # e*3: bank row 0; far: its nearest compared row is row 0 (similarity ~0); near_far: `far`,
+    # accepted in this batch as row 1.
+    assert res.match.tolist() == [0, 0, 1]
+    assert res.from_batch.tolist() == [False, False, True]
+    assert res.similarity[0] == pytest.approx(1.0)
+    assert res.similarity[1] == pytest.approx(0.0, abs=1e-5)
+    assert res.similarity[2] == pytest.approx(0.95, abs=1e-5)
+    assert res.rows.tolist() == [-1, 1, -1]
+
+
+def test_text_keys_catch_exact_duplicates_before_math():
+    rng = np.random.default_rng(2)
+    v = unit(rng, 2, 8)
+    index = SimilarityIndex(8)
+    index.insert(v[:1], 0.9, keys=["same text"])
+    # Same key, orthogonal-ish vector: rejected by the hash, not by similarity.
+    res = index.insert(v[1:], 0.9, keys=["same text"])
+    assert not res.accepted[0] and res.match[0] == 0
+
+
+def test_growth_across_capacity_keeps_rows():
+    rng = np.random.default_rng(3)
+    index = SimilarityIndex(8, capacity=1)
+    rows = unit(rng, 100, 8)
+    for chunk in np.array_split(rows, 7):
+        index.extend(chunk)
+    assert len(index) == 100 and index.capacity >= 100
+    assert index.capacity & (index.capacity - 1) == 0  # doubled from 1
+    np.testing.assert_array_equal(index.vectors, rows)
+
+
+def test_save_load_round_trip(tmp_path):
+    rng = np.random.default_rng(4)
+    index = SimilarityIndex(16, capacity=3)
+    index.insert(unit(rng, 20, 16), 0.5, keys=[f"t{i}" for i in range(20)])
+    path = tmp_path / "bank.npz"
+    index.save(path)
+    loaded = SimilarityIndex.load(path)
+    np.testing.assert_array_equal(loaded.vectors, index.vectors)
+    probe = unit(rng, 10, 16)
+    keys = ["t3", *[f"new{i}" for i in range(9)]]
+    a = index.insert(probe, 0.5, keys=keys)
+    b = loaded.insert(probe, 0.5, keys=keys)
+    assert a.accepted.tolist() == b.accepted.tolist()
+    assert not b.accepted[0]  # key "t3" survived the round trip
+
+
+def test_load_rejects_garbage(tmp_path):
+    path = tmp_path / "x.npz"
+    path.write_bytes(b"not an npz")
+    with pytest.raises(ValueError, match="not a SimilarityIndex"):
+        SimilarityIndex.load(path)
+
+
+def test_empty_batch_is_a_noop():
+    index = SimilarityIndex(4)
+    res = index.insert(np.zeros((0, 4), np.float32), 0.8)
+    assert len(res) == 0 and len(index) == 0
+
+
+@pytest.mark.parametrize(
+    ("vectors", "tau", "message"),
+    [
+        (np.ones((2, 5), np.float32), 0.8, "dimension 5"),
+        (np.ones(4, np.float32), 0.8, "2-D"),
+        (np.ones((1, 2, 4), np.float32), 0.8, "2-D"),
+        (np.ones((2, 4), np.int64), 0.8, "floating dtype"),
+        (np.array([[1, 2, np.nan, 0]], np.float32), 0.8, "NaN or inf"),
+        (np.array([[1, 2, np.inf, 0]], np.float32), 0.8, "NaN or inf"),
+        (np.zeros((2, 4), np.float32), 0.8, "zero rows"),
+        (np.ones((2, 4), np.float32), -1.0, "tau"),
+        (np.ones((2, 4), np.float32), 1.5, "tau"),
+        (np.ones((2, 4), np.float32), float("nan"), "tau"),
+        (np.ones((2, 4), np.float32), "high", "tau"),
+    ],
+)
+def test_bad_input_raises_and_leaves_index_unchanged(vectors, tau, message):
+    rng = np.random.default_rng(5)
+    index = SimilarityIndex(4, capacity=4)
+    index.extend(unit(rng, 3, 4))
+    before = index.vectors.copy()
+    with pytest.raises(ValueError, match=message):
+        index.insert(vectors, tau)
+    np.testing.assert_array_equal(index.vectors, before)
+    assert len(index) == 3
+
+
+def test_bad_keys_raise():
+    index = SimilarityIndex(4)
+    with pytest.raises(ValueError, match="keys"):
+        index.insert(np.ones((2, 4), np.float32), 0.8, keys=["only one"])
+    assert len(index) == 0
+
+
+def test_float64_input_is_accepted_as_float32():
+    index = SimilarityIndex(4)
+    index.insert(np.eye(4), 0.5)
+    assert index.vectors.dtype == np.float32 and len(index) == 4
