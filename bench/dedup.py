@@ -19,9 +19,9 @@ import numba as nb
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import best_time, machine, write_result
-
 from rse_fast import kernels
+
+from common import best_time, machine, write_result
 
 TAU = 0.85
 

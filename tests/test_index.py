@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference import reference_decisions
 
 from rse_fast import kernels
 from rse_fast.index import SimilarityIndex, normalize_rows
+
+from reference import reference_decisions
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

@@ -1,0 +1,195 @@
+"""ONNX Runtime sentence encoder with a HF ``tokenizers`` front end, fully offline.
+
+Texts are tokenised once, sorted by length and cut into batches under a token budget (small
+batches keep activations in cache: 512 tokens measured fastest on CPU); each batch is padded
+only to its own longest text; mean pooling over the attention mask and L2
+normalisation stay in float32; an LRU cache keyed by text makes a repeated experience free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rse_fast.models_registry import DEFAULT_ENCODER, EncoderModel, resolve_encoder
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+
+
+def _clean(text: object, i: int) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: replace rather than crash the tokenizer
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _gpu_present() -> bool:
+    """A cheap check before asking ORT for CUDA, which logs errors when no GPU is there."""
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
+
+
+def _make_session(path: Path, providers: str | Sequence[str], threads: int | None) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.intra_op_num_threads = threads or 0
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if providers == "auto":
+        if CUDA in ort.get_available_providers() and _gpu_present():
+            try:
+                session = ort.InferenceSession(str(path), opts, providers=[CUDA, CPU])
+                if session.get_providers()[0] == CUDA:  # CUDA really active, not just listed
+                    return session
+            except Exception:  # CUDA libraries missing or broken: fall back quietly
+                pass
+        return ort.InferenceSession(str(path), opts, providers=[CPU])
+    return ort.InferenceSession(str(path), opts, providers=list(providers))
+
+
+class Encoder:
+    """Sentence embeddings: ``encode(texts) -> (n, dim) float32``, unit rows, input order."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] = DEFAULT_ENCODER,
+        *,
+        providers: str | Sequence[str] = "auto",
+        threads: int | None = None,
+        max_length: int | None = None,
+        batch_tokens: int = 512,
+        cache_size: int = 8192,
+    ) -> None:
+        from tokenizers import Tokenizer
+
+        self.model: EncoderModel = resolve_encoder(model)
+        manifest = self.model.manifest
+        self.dim = self.model.dim
+        limit = int(manifest.get("model_max_length", 512))
+        self.max_length = min(int(max_length or manifest.get("max_length", 128)), limit)
+        self.batch_tokens = max(batch_tokens, self.max_length)
+        self._tokenizer = Tokenizer.from_file(str(self.model.tokenizer_path))
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(self.max_length)
+        self._session = _make_session(self.model.onnx_path, providers, threads)
+        self.providers: list[str] = list(self._session.get_providers())
+        self._input_names = {i.name for i in self._session.get_inputs()}
+        self._output = str(manifest.get("output", "last_hidden_state"))
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.cache_size = cache_size
+        self.cache_hits = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()  # the cache and the session serve one call at a time
+
+    @property
+    def provider(self) -> str:
+        return self.providers[0]
+
+    def warmup(self) -> None:
+        """Run one tiny batch so the first real call pays no lazy initialisation."""
+        self._embed_uncached(["warm up"])
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("encode() takes a sequence of str, not a single str")
+        clean = [_clean(t, i) for i, t in enumerate(texts)]
+        with self._lock:
+            return self._encode_clean(clean)
+
+    def _encode_clean(self, clean: list[str]) -> np.ndarray:
+        out = np.empty((len(clean), self.dim), np.float32)
+        missing: dict[str, list[int]] = {}
+        for i, text in enumerate(clean):
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                out[i] = hit
+                self.cache_hits += 1
+            else:
+                missing.setdefault(text, []).append(i)
+        if missing:
+            new_texts = list(missing)
+            vectors = self._embed_uncached(new_texts)
+            for text, vec in zip(new_texts, vectors, strict=True):
+                out[missing[text]] = vec
+                self._remember(text, vec)
+        return out
+
+    async def aencode(self, texts: Sequence[str]) -> np.ndarray:
+        """``encode`` on a dedicated worker thread, so the event loop keeps serving calls."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="rse-encoder")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.encode, texts)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+    def _remember(self, text: str, vec: np.ndarray) -> None:
+        if self.cache_size <= 0:
+            return
+        self._cache[text] = vec.copy()
+        if len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+
+    def _embed_uncached(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=True)
+        lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+        order = np.argsort(lengths, kind="stable")
+        out = np.empty((len(texts), self.dim), np.float32)
+        start = 0
+        while start < len(order):
+            stop = start
+            # lengths ascend, so the batch's longest is its last: grow while under budget
+            while (
+                stop < len(order) and (stop - start + 1) * lengths[order[stop]] <= self.batch_tokens
+            ):
+                stop += 1
+            stop = max(stop, start + 1)
+            idx = order[start:stop]
+            out[idx] = self._run_batch([encodings[i] for i in idx], int(lengths[idx[-1]]))
+            start = stop
+        return out
+
+    def _run_batch(self, encodings: list[Any], width: int) -> np.ndarray:
+        b = len(encodings)
+        ids = np.zeros((b, width), np.int64)
+        mask = np.zeros((b, width), np.int64)
+        for r, enc in enumerate(encodings):
+            n = len(enc.ids)
+            ids[r, :n] = enc.ids
+            mask[r, :n] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._run(feeds)
+        maskf = mask.astype(np.float32)
+        pooled = np.matmul(maskf[:, None, :], hidden)[:, 0, :]  # (b, d), float32 throughout
+        pooled /= np.maximum(maskf.sum(axis=1, keepdims=True), np.float32(1))
+        norms = np.sqrt(np.einsum("ij,ij->i", pooled, pooled))[:, None]
+        pooled /= np.maximum(norms, np.float32(1e-12))
+        return pooled
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        if self.provider == CUDA:  # IO binding: inputs copied once, output fetched once
+            binding = self._session.io_binding()
+            for name, arr in feeds.items():
+                binding.bind_cpu_input(name, arr)
+            binding.bind_output(self._output)
+            self._session.run_with_iobinding(binding)
+            return np.asarray(binding.copy_outputs_to_cpu()[0], dtype=np.float32)
+        return self._session.run([self._output], feeds)[0]

@@ -1,0 +1,174 @@
+"""Token ledger: every LLM call, tagged by role, so methods can be compared at equal budgets.
+
+Roles are free-form tags; the usual ones are ``explore`` (growing the candidate pool) and
+``distill``, ``judge``, ``refine``, ``fuse`` (turning the pool into one output). Which roles
+count as exploration is configurable per ledger.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rse_fast.chat_types import Message, Usage
+
+TokenCounter = Callable[[str], int]
+
+EXPLORATION_ROLES = frozenset({"explore"})
+
+
+def approx_token_count(text: str) -> int:
+    """~4 characters per token: the fallback when neither the server nor a tokenizer counts."""
+    return (len(text) + 3) // 4
+
+
+def count_prompt_tokens(messages: Iterable[Message], counter: TokenCounter) -> int:
+    """Tokens of a chat prompt: the content of each message plus ~4 tokens of template each."""
+    total = 0
+    for m in messages:
+        content = m.get("content") or ""
+        if isinstance(content, list):  # multi-part content: count the text parts
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+        total += counter(str(content)) + 4
+    return total
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    role: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    endpoint: str
+    n: int = 1
+    usage_source: str = "reported"
+    ok: bool = True
+    error: str | None = None
+    task: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class RoleTotals:
+    calls: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated_calls: int = 0
+    latency_s: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Ledger:
+    """Thread- and task-safe list of call records with per-role totals."""
+
+    exploration_roles: frozenset[str] = EXPLORATION_ROLES
+    records: list[CallRecord] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, rec: CallRecord) -> None:
+        with self._lock:
+            self.records.append(rec)
+
+    def record_usage(
+        self,
+        role: str,
+        usage: Usage,
+        latency_s: float,
+        endpoint: str,
+        n: int = 1,
+        task: str | None = None,
+    ) -> None:
+        self.record(
+            CallRecord(
+                role,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                latency_s,
+                endpoint,
+                n,
+                usage.source,
+                True,
+                None,
+                task,
+            )
+        )
+
+    def record_error(
+        self,
+        role: str,
+        error: BaseException,
+        latency_s: float,
+        endpoint: str,
+        task: str | None = None,
+    ) -> None:
+        self.record(
+            CallRecord(
+                role,
+                0,
+                0,
+                latency_s,
+                endpoint,
+                0,
+                "reported",
+                False,
+                f"{type(error).__name__}: {error}",
+                task,
+            )
+        )
+
+    def by_role(self) -> dict[str, RoleTotals]:
+        out: dict[str, RoleTotals] = {}
+        with self._lock:
+            recs = list(self.records)
+        for r in recs:
+            t = out.setdefault(r.role, RoleTotals())
+            t.calls += 1
+            t.errors += 0 if r.ok else 1
+            t.prompt_tokens += r.prompt_tokens
+            t.completion_tokens += r.completion_tokens
+            t.estimated_calls += r.usage_source != "reported"
+            t.latency_s += r.latency_s
+        return out
+
+    @property
+    def total_tokens(self) -> int:
+        with self._lock:
+            return sum(r.total_tokens for r in self.records)
+
+    @property
+    def exploration_tokens(self) -> int:
+        with self._lock:
+            return sum(r.total_tokens for r in self.records if r.role in self.exploration_roles)
+
+    @property
+    def exploitation_tokens(self) -> int:
+        return self.total_tokens - self.exploration_tokens
+
+    def merge(self, *others: Ledger) -> Ledger:
+        """A new ledger holding this one's records and the others' (e.g. across tasks)."""
+        merged = Ledger(self.exploration_roles, list(self.records))
+        for o in others:
+            merged.records.extend(o.records)
+        return merged
+
+    def summary(self) -> dict[str, Any]:
+        roles = {
+            k: {**asdict(v), "total_tokens": v.total_tokens} for k, v in self.by_role().items()
+        }
+        return {
+            "total_tokens": self.total_tokens,
+            "exploration_tokens": self.exploration_tokens,
+            "exploitation_tokens": self.exploitation_tokens,
+            "calls": len(self.records),
+            "roles": roles,
+        }

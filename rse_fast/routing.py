@@ -1,0 +1,98 @@
+"""Endpoints: per-endpoint concurrency limit, least-outstanding-requests routing, cool-down."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One OpenAI-compatible server. ``base_url`` ends in ``/v1`` (added when missing)."""
+
+    base_url: str
+    api_key: str | None = None
+    max_concurrency: int = 64
+
+    def __post_init__(self) -> None:
+        url = self.base_url.rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint URL must start with http:// or https://, got {url!r}")
+        if not url.endswith("/v1"):
+            url += "/v1"
+        object.__setattr__(self, "base_url", url)
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+
+
+@dataclass
+class EndpointState:
+    endpoint: Endpoint
+    outstanding: int = 0
+    consecutive_failures: int = 0
+    cooldown_until: float = 0.0
+    supports_n: bool | None = None  # learnt: does the server honour n > 1?
+    semaphore: asyncio.Semaphore | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.base_url
+
+
+class EndpointPool:
+    """Routes each request to the healthy endpoint with the fewest outstanding requests.
+
+    An endpoint that fails ``failure_threshold`` times in a row cools down for ``cooldown_s``
+    and gets no traffic meanwhile, unless every endpoint is cooling down.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[Endpoint],
+        *,
+        failure_threshold: int = 3,
+        cooldown_s: float = 5.0,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("at least one endpoint is required")
+        self.states = [EndpointState(e) for e in endpoints]
+        self.failure_threshold = failure_threshold
+        self.cooldown_s = cooldown_s
+        self._rr = itertools.count()
+
+    def pick(self) -> EndpointState:
+        now = time.monotonic()
+        healthy = [s for s in self.states if s.cooldown_until <= now]
+        if not healthy:
+            return min(self.states, key=lambda s: s.cooldown_until)
+        if len(healthy) == 1:
+            return healthy[0]
+        least = min(s.outstanding for s in healthy)
+        tied = [s for s in healthy if s.outstanding == least]
+        return tied[next(self._rr) % len(tied)]
+
+    @asynccontextmanager
+    async def slot(self, state: EndpointState | None = None) -> AsyncIterator[EndpointState]:
+        """Hold one concurrency slot of an endpoint (picked now unless given)."""
+        state = state or self.pick()
+        if state.semaphore is None:
+            state.semaphore = asyncio.Semaphore(state.endpoint.max_concurrency)
+        state.outstanding += 1
+        try:
+            async with state.semaphore:
+                yield state
+        finally:
+            state.outstanding -= 1
+
+    def record_success(self, state: EndpointState) -> None:
+        state.consecutive_failures = 0
+
+    def record_failure(self, state: EndpointState) -> None:
+        state.consecutive_failures += 1
+        if state.consecutive_failures >= self.failure_threshold:
+            state.cooldown_until = time.monotonic() + self.cooldown_s
+            state.consecutive_failures = 0

@@ -1,0 +1,286 @@
+"""Scripted OpenAI-compatible server: a deterministic test fixture, never a product model.
+
+Replies come from rules (regex over the prompt, or a predicate) mapping to text or to a callable;
+usage counts words; latency is fixed or drawn from a seeded distribution; faults are injected
+per request (HTTP errors with Retry-After, slow replies, truncated bodies, malformed JSON,
+connection resets, ignoring ``n``, omitting usage). Used by tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiohttp import web
+
+ReplyFn = Callable[[dict[str, Any], int], str]
+FaultKind = Literal["status", "slow", "truncate", "malformed", "reset", "ignore_n", "no_usage"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``match``: regex searched in the whole prompt text, or a predicate on the request body.
+    ``reply``: fixed text, or ``fn(body, choice_index) -> text``."""
+
+    match: str | re.Pattern[str] | Callable[[dict[str, Any]], bool]
+    reply: str | ReplyFn
+
+    def matches(self, body: dict[str, Any], prompt: str) -> bool:
+        if callable(self.match) and not isinstance(self.match, re.Pattern):
+            return bool(self.match(body))
+        return re.search(self.match, prompt) is not None
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    status: int = 500
+    retry_after: float | None = None
+    delay_s: float = 0.0
+
+
+FaultPlan = Callable[[int, dict[str, Any]], "Fault | None"]
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in body.get("messages") or [])
+
+
+def word_count(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+def fault_mix(probabilities: dict[Fault, float], seed: int = 0) -> FaultPlan:
+    """A seeded random plan: each request draws at most one fault with the given odds."""
+    rng = random.Random(seed)
+    items = list(probabilities.items())
+
+    def plan(i: int, body: dict[str, Any]) -> Fault | None:
+        x = rng.random()
+        for fault, p in items:
+            if x < p:
+                return fault
+            x -= p
+        return None
+
+    return plan
+
+
+@dataclass
+class ScriptedServer:
+    rules: Sequence[Rule] = ()
+    default_reply: str | ReplyFn = "The answer is \\boxed{42}."
+    latency: float | Callable[[random.Random], float] = 0.0
+    faults: Sequence[Fault | None] | FaultPlan = ()
+    ignore_n: bool = False
+    usage_first_choice_only: bool = False  # llama.cpp's quirk with n > 1
+    close_after_stream: bool = False  # llama.cpp closes the connection after a stream
+    model: str = "scripted"
+    seed: int = 0
+    host: str = "127.0.0.1"
+    port: int = 0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._runner: web.AppRunner | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def start(self) -> ScriptedServer:
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> ScriptedServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- replies ---------------------------------------------------------------------------
+    def reply_for(self, body: dict[str, Any], index: int) -> str:
+        prompt = prompt_text(body)
+        for rule in self.rules:
+            if rule.matches(body, prompt):
+                return rule.reply if isinstance(rule.reply, str) else rule.reply(body, index)
+        d = self.default_reply
+        return d if isinstance(d, str) else d(body, index)
+
+    def _fault(self, i: int, body: dict[str, Any]) -> Fault | None:
+        if callable(self.faults):
+            return self.faults(i, body)
+        return self.faults[i] if i < len(self.faults) else None
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "test"}]}
+        )
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        i = len(self.requests)
+        self.requests.append(body)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(request, body, self._fault(i, body))
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(
+        self, request: web.Request, body: dict[str, Any], fault: Fault | None
+    ) -> web.StreamResponse:
+        delay = self.latency(self._rng) if callable(self.latency) else self.latency
+        if fault is not None and fault.kind == "slow":
+            delay += fault.delay_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if fault is not None and fault.kind == "status":
+            headers = {}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = f"{fault.retry_after:g}"
+            return web.json_response(
+                {"error": {"message": f"injected {fault.status}", "type": "server_error"}},
+                status=fault.status,
+                headers=headers,
+            )
+        if fault is not None and fault.kind == "reset":
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=200)
+        n = int(body.get("n") or 1)
+        if self.ignore_n or (fault is not None and fault.kind == "ignore_n"):
+            n = 1
+        texts = [self.reply_for(body, k) for k in range(n)]
+        if body.get("stream"):
+            return await self._stream(request, body, texts[0])
+        counts = [word_count(t) for t in texts]
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [
+                {
+                    "index": k,
+                    "message": {"role": "assistant", "content": t},
+                    "finish_reason": "stop",
+                }
+                for k, t in enumerate(texts)
+            ],
+        }
+        if fault is None or fault.kind != "no_usage":
+            completion = counts[0] if self.usage_first_choice_only else sum(counts)
+            prompt = word_count(prompt_text(body))
+            payload["usage"] = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+        raw = json.dumps(payload).encode()
+        if fault is not None and fault.kind == "malformed":
+            return web.Response(body=raw[: len(raw) // 2], content_type="application/json")
+        if fault is not None and fault.kind == "truncate":
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+            resp.content_length = len(raw)
+            await resp.prepare(request)
+            await resp.write(raw[: len(raw) // 2])
+            if request.transport is not None:
+                request.transport.abort()
+            return resp
+        return web.Response(body=raw, content_type="application/json")
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], text: str
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        model = body.get("model") or self.model
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+            data = {
+                "id": "chatcmpl-stream",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        await resp.write(chunk({"role": "assistant"}, None))
+        words = text.split(" ")
+        for k, w in enumerate(words):
+            await resp.write(chunk({"content": w if k == 0 else " " + w}, None))
+        await resp.write(chunk({}, "stop"))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            prompt, completion = word_count(prompt_text(body)), word_count(text)
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+            data = {
+                "id": "chatcmpl-stream",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
+            await resp.write(f"data: {json.dumps(data)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        if self.close_after_stream and request.transport is not None:
+            request.transport.close()
+        return resp
+
+
+async def _serve_forever(port: int, latency: float) -> None:
+    server = ScriptedServer(latency=latency, port=port)
+    await server.start()
+    print(f"READY {server.base_url}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    """``python -m rse_fast.testing.server --port 0 --latency 0``: serve until killed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="scripted OpenAI-compatible test server")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve_forever(args.port, args.latency))
+
+
+if __name__ == "__main__":
+    main()
