@@ -1,0 +1,142 @@
+"""Final-answer extraction, normalisation, equivalence and majority vote.
+
+``math-verify`` decides equivalence of differently written answers when it is installed; its
+own timeouts use signals (main thread only), so they are disabled and we time it out ourselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ANSWER_LINE = re.compile(
+    r"^\s*\**\s*(?:final\s+answer|answer)\s*(?:is)?\s*\**\s*[:：]\s*\**\s*(.+?)\s*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_MV_POOL = ThreadPoolExecutor(2, thread_name_prefix="math-verify")
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (balanced braces), or None."""
+    last = None
+    for m in _BOXED.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            last = text[m.end() : i - 1]
+    return last
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer of a completion: last ``\\boxed{}``, else the last "Answer:" line."""
+    if not text:
+        return None
+    boxed = extract_boxed(text)
+    if boxed is not None and boxed.strip():
+        return boxed.strip()
+    lines = _ANSWER_LINE.findall(text)
+    if lines:
+        inner = extract_boxed(lines[-1])
+        return (inner or lines[-1]).strip().strip("$").strip().rstrip(".").strip() or None
+    return None
+
+
+_TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+
+
+def normalize_answer(answer: str | None) -> str | None:
+    """Canonical string form: no $, spaces, \\left/\\right, \\text{}, thousands separators."""
+    if answer is None:
+        return None
+    s = answer.strip().strip("$").strip()
+    s = _TEXT_CMD.sub(r"\1", s)
+    s = re.sub(r"\\[dt]frac", r"\\frac", s)
+    s = re.sub(r"\\left|\\right|\\!|\\,|\\;|\\ ", "", s)
+    s = re.sub(r"^[a-zA-Z]\s*=\s*", "", s)  # "x = 5" → "5"
+    s = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s)  # 1,000 → 1000
+    s = re.sub(r"\s+", "", s).rstrip(".").lower()
+    s = re.sub(r"\^\{?\\circ\}?|°", "", s)
+    if re.fullmatch(r"-?\d+\.\d*", s):
+        s = s.rstrip("0").rstrip(".") or "0"
+    return s or None
+
+
+@functools.lru_cache(maxsize=4096)
+def _math_verify_equal(a: str, b: str) -> bool:
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        return False
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # we time it out ourselves
+    try:
+        ga = parse(f"${a}$", parsing_timeout=None)
+        gb = parse(f"${b}$", parsing_timeout=None)
+        return bool(ga and gb and verify(ga, gb, timeout_seconds=None))
+    except Exception:
+        return False
+
+
+def answers_equivalent(a: str | None, b: str | None, timeout_s: float = 2.0) -> bool:
+    """Same normalised string, same number, or math-verify says equal (within ``timeout_s``)."""
+    na, nb = normalize_answer(a), normalize_answer(b)
+    if na is None or nb is None:
+        return False
+    if na == nb:
+        return True
+    try:
+        return abs(float(na) - float(nb)) <= 1e-9 * max(1.0, abs(float(na)))
+    except ValueError:
+        pass
+    future = _MV_POOL.submit(_math_verify_equal, na, nb)
+    try:
+        return future.result(timeout=timeout_s)
+    except FutureTimeout:
+        return False
+
+
+@dataclass
+class Vote:
+    """Majority-vote outcome: the winning answer (as first written), its share, the clusters."""
+
+    answer: str | None
+    count: int
+    total: int
+    clusters: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def share(self) -> float:
+        return self.count / self.total if self.total else 0.0
+
+
+def majority_vote(answers: Sequence[str | None], equivalent=answers_equivalent) -> Vote:
+    """Cluster equivalent answers; the largest cluster wins, ties go to the earliest cluster."""
+    reps: list[str] = []
+    counts: list[int] = []
+    by_key: dict[str, int] = {}
+    total = 0
+    for ans in answers:
+        key = normalize_answer(ans)
+        if key is None:
+            continue
+        total += 1
+        slot = by_key.get(key)
+        if slot is None:
+            slot = next((j for j, r in enumerate(reps) if equivalent(r, ans)), None)
+            if slot is None:
+                slot = len(reps)
+                reps.append(ans)  # type: ignore[arg-type]
+                counts.append(0)
+            by_key[key] = slot
+        counts[slot] += 1
+    if not reps:
+        return Vote(None, 0, total)
+    best = max(range(len(reps)), key=lambda j: (counts[j], -j))
+    return Vote(reps[best], counts[best], total, list(zip(reps, counts, strict=True)))

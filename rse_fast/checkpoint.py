@@ -1,0 +1,75 @@
+"""Per-round checkpoints: an interrupted RSE run resumes and loses at most the round in flight.
+
+Each round writes ``round-R.json`` (results + ledger) and ``bank-R.json/.npz``, then atomically
+replaces ``latest.json`` to point at them: a crash at any moment leaves the previous round's
+checkpoint complete and current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rse_fast.bank import ExperienceBank
+from rse_fast.ledger import CallRecord, Ledger
+from rse_fast.rse_types import RoundResult
+
+
+def problem_id(problem: str) -> str:
+    return hashlib.sha256(problem.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class Checkpoint:
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.dir = Path(directory)
+
+    def save(
+        self,
+        problem: str,
+        config: dict[str, Any],
+        rounds: list[RoundResult],
+        bank: ExperienceBank,
+        ledger: Ledger,
+    ) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        r = rounds[-1].round
+        state = {
+            "problem": problem,
+            "config": config,
+            "rounds": [x.to_dict() for x in rounds],
+            "ledger": [asdict(rec) for rec in ledger.records],
+        }
+        _write_atomic(self.dir / f"round-{r}.json", json.dumps(state, ensure_ascii=False))
+        bank.save(self.dir / f"bank-{r}")
+        latest = {"round": r, "problem_id": problem_id(problem)}
+        _write_atomic(self.dir / "latest.json", json.dumps(latest))
+
+    def load(
+        self, problem: str
+    ) -> tuple[list[RoundResult], ExperienceBank, list[CallRecord]] | None:
+        """The last complete round's state, or None when there is no checkpoint yet."""
+        latest_path = self.dir / "latest.json"
+        if not latest_path.exists():
+            return None
+        latest = json.loads(latest_path.read_text())
+        if latest["problem_id"] != problem_id(problem):
+            raise ValueError(
+                f"checkpoint in {self.dir} belongs to another problem; use another directory "
+                "or delete it to start over"
+            )
+        r = int(latest["round"])
+        state = json.loads((self.dir / f"round-{r}.json").read_text())
+        rounds = [RoundResult.from_dict(x) for x in state["rounds"]]
+        bank = ExperienceBank.load(self.dir / f"bank-{r}")
+        records = [CallRecord(**rec) for rec in state["ledger"]]
+        return rounds, bank, records

@@ -1,0 +1,310 @@
+"""The RSE engine: experience-guided rounds of parallel rollouts (DESIGN.md §1.1 and §3).
+
+Per round: render the bank into the prompt, sample K rollouts in parallel, distil each rollout
+the moment it finishes, embed its experiences while other calls are in flight, then one greedy
+insert per type in a deterministic order (rollout index, then position), never arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rse_fast import kernels
+from rse_fast.answers import answers_equivalent, extract_answer, majority_vote
+from rse_fast.bank import Decision, Experience, ExperienceBank
+from rse_fast.checkpoint import Checkpoint
+from rse_fast.client import LLMClient
+from rse_fast.distill import parse_distillation
+from rse_fast.encoder import Encoder
+from rse_fast.errors import LLMBadRequestError, LLMError, RoundFailedError
+from rse_fast.prompts import distill_messages, distill_schema, solve_messages
+from rse_fast.rse_types import RolloutRecord, RoundResult, RSEConfig, RSEResult
+from rse_fast.sync import run_sync
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a live display needs, emitted after every rollout, distillation and round."""
+
+    round: int
+    rounds: int
+    k: int
+    rollouts_done: int
+    distills_done: int
+    failures: int
+    bank_sizes: dict[str, int]
+    tokens: int
+
+
+@dataclass
+class _Outcome:
+    record: RolloutRecord
+    candidates: list[Experience]
+    vectors: np.ndarray | None
+    returned_at: float  # when the last call of this rollout returned
+    encoded_at: float  # when its experiences were embedded
+
+
+def _clip_attempt(text: str, limit: int) -> str:
+    """Keep the start and the end (where the answer is) of an over-long attempt."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return text[:half] + "\n[...]\n" + text[-half:]
+
+
+class RSE:
+    """``await RSE(client, encoder, config).solve(problem)``; ``solve_sync`` for scripts."""
+
+    def __init__(
+        self,
+        client: LLMClient,
+        encoder: Encoder | None = None,
+        config: RSEConfig | None = None,
+        *,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.encoder = encoder or Encoder()
+        self.config = config or RSEConfig()
+        self.checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
+        self.progress = progress
+        self._schema_ok = self.config.use_json_schema
+        kernels.warmup(self.encoder.dim)
+
+    def solve_sync(self, problem: str, **kw: Any) -> RSEResult:
+        """``solve`` from sync code; closes the client's session (bound to this run's loop)."""
+
+        async def run() -> RSEResult:
+            try:
+                return await self.solve(problem, **kw)
+            finally:
+                await self.client.close()
+
+        return run_sync(run())
+
+    async def solve(
+        self,
+        problem: str,
+        *,
+        gold: str | None = None,
+        resume: bool = False,
+        bank: ExperienceBank | None = None,
+    ) -> RSEResult:
+        """Run the configured rounds; ``resume`` continues from the last checkpoint."""
+        if not isinstance(problem, str) or not problem.strip():
+            raise ValueError("problem must be a non-empty string")
+        t0 = time.perf_counter()
+        cfg = self.config
+        rounds: list[RoundResult] = []
+        bank = bank if bank is not None else ExperienceBank(self.encoder.dim)
+        if resume and self.checkpoint is not None:
+            saved = self.checkpoint.load(problem)
+            if saved is not None:
+                rounds, bank, records = saved
+                self.client.ledger.records[:0] = records
+        resumed_from = len(rounds)
+        block = self._render(bank)
+        for r in range(len(rounds) + 1, cfg.rounds + 1):
+            result, block = await self._round(problem, r, bank, gold, block)
+            rounds.append(result)
+            if self.checkpoint is not None:
+                c0 = time.perf_counter()
+                self.checkpoint.save(problem, cfg.to_dict(), rounds, bank, self.client.ledger)
+                rounds[-1].checkpoint_ms = (time.perf_counter() - c0) * 1e3
+        pool = rounds if cfg.select_from == "all" else rounds[-1:]
+        vote = majority_vote([a for rr in pool for a in rr.answers])
+        return RSEResult(
+            problem=problem,
+            answer=vote.answer,
+            votes=vote.count,
+            total_votes=vote.total,
+            correct=answers_equivalent(vote.answer, gold) if gold is not None else None,
+            rounds=rounds,
+            bank_sizes=bank.sizes(),
+            ledger=self.client.ledger.summary(),
+            wall_s=time.perf_counter() - t0,
+            resumed_from_round=resumed_from,
+        )
+
+    # -- one round -------------------------------------------------------------------------
+    def _render(self, bank: ExperienceBank) -> str:
+        cfg = self.config
+        return bank.render(
+            cfg.max_rendered_per_type, cfg.bank_token_budget, self.client.count_tokens
+        )
+
+    async def _round(
+        self, problem: str, r: int, bank: ExperienceBank, gold: str | None, block: str
+    ) -> tuple[RoundResult, str]:
+        """Round r with prompt block ``block``; returns its result and the next round's block."""
+        cfg = self.config
+        k = cfg.k_for_round(r)
+        t0 = time.perf_counter()
+        tokens0 = self.client.ledger.total_tokens
+        messages = solve_messages(problem, block)
+        counters = {"rollouts": 0, "distills": 0, "failures": 0}
+
+        def report() -> None:
+            if self.progress is not None:
+                self.progress(
+                    Progress(
+                        r,
+                        cfg.rounds,
+                        k,
+                        counters["rollouts"],
+                        counters["distills"],
+                        counters["failures"],
+                        bank.sizes(),
+                        self.client.ledger.total_tokens,
+                    )
+                )
+
+        outcomes = await asyncio.gather(
+            *(
+                self._rollout_and_distill(problem, messages, r, i, gold, counters, report)
+                for i in range(k)
+            )
+        )
+        failed = sum(o.record.error is not None for o in outcomes)
+        if failed == k:
+            raise RoundFailedError(
+                f"round {r}: all {k} rollouts failed (first error: {outcomes[0].record.error}); "
+                "the last checkpoint is intact"
+            )
+        last_return = max(o.returned_at for o in outcomes)
+        all_encoded = max(o.encoded_at for o in outcomes)
+        decisions = self._insert(bank, outcomes)
+        next_block = self._render(bank)
+        t_end = time.perf_counter()
+        records = [o.record for o in outcomes]
+        vote = majority_vote([x.answer for x in records])
+        graded = [x.correct for x in records if x.error is None]
+        result = RoundResult(
+            round=r,
+            k=k,
+            experience_block=block,
+            rollouts=records,
+            decisions=decisions,
+            bank_sizes=bank.sizes(),
+            answer=vote.answer,
+            votes=vote.count,
+            accuracy=(sum(bool(c) for c in graded) / len(graded)) if gold is not None else None,
+            unparseable=sum(x.distill == "unparseable" for x in records),
+            failed_rollouts=failed,
+            failed_distills=sum(x.distill == "failed" for x in records),
+            tokens=self.client.ledger.total_tokens - tokens0,
+            wall_s=t_end - t0,
+            tail_ms=(t_end - last_return) * 1e3,
+            tail_encoder_ms=max(0.0, all_encoded - last_return) * 1e3,
+        )
+        report()
+        return result, next_block
+
+    def _insert(self, bank: ExperienceBank, outcomes: list[_Outcome]) -> list[Decision]:
+        """One greedy insert per type, candidates in (rollout, position) order — or shortest
+        first, ties by (rollout, position) — so the same replies always give the same bank."""
+        cands: list[Experience] = []
+        vecs: list[np.ndarray] = []
+        for o in outcomes:  # outcomes are in rollout order already
+            if o.vectors is not None:
+                cands.extend(o.candidates)
+                vecs.append(o.vectors)
+        if not cands:
+            return []
+        vectors = np.vstack(vecs)
+        order = list(range(len(cands)))
+        if self.config.dedup_order == "shortest":
+            order.sort(key=lambda j: (len(cands[j].text), cands[j].rollout, cands[j].position))
+        return bank.add([cands[j] for j in order], vectors[order], self.config.tau)
+
+    async def _rollout_and_distill(
+        self,
+        problem: str,
+        messages: list,
+        r: int,
+        i: int,
+        gold: str | None,
+        counters: dict[str, int],
+        report: Callable[[], None],
+    ) -> _Outcome:
+        cfg = self.config
+        rec = RolloutRecord(index=i)
+        seed = None if cfg.seed is None else cfg.seed + 1000 * r + i
+        try:
+            res = await self.client.chat(
+                messages,
+                role="explore",
+                task=f"round{r}",
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                top_k=cfg.top_k,
+                max_tokens=cfg.max_tokens,
+                seed=seed,
+            )
+        except LLMError as exc:
+            rec.error = f"{type(exc).__name__}: {exc}"
+            counters["failures"] += 1
+            report()
+            now = time.perf_counter()
+            return _Outcome(rec, [], None, now, now)
+        rec.text, rec.finish_reason = res.text, res.choices[0].finish_reason
+        rec.answer = extract_answer(res.text)
+        if gold is not None:
+            rec.correct = answers_equivalent(rec.answer, gold)
+        counters["rollouts"] += 1
+        report()
+        reply = await self._distill(problem, res.text, r, seed)
+        returned = time.perf_counter()
+        counters["distills"] += 1
+        if reply is None:
+            rec.distill = "failed"
+            report()
+            return _Outcome(rec, [], None, returned, returned)
+        parsed = parse_distillation(
+            reply, cfg.max_experiences_per_rollout, cfg.max_chars_per_experience
+        )
+        if parsed is None:
+            rec.distill = "unparseable"
+            report()
+            return _Outcome(rec, [], None, returned, returned)
+        rec.distill, rec.positive, rec.negative = "ok", parsed.positive, parsed.negative
+        cands = [Experience(t, "negative", r, i, p) for p, t in enumerate(parsed.negative)]
+        cands += [Experience(t, "positive", r, i, p) for p, t in enumerate(parsed.positive)]
+        vectors = await self.encoder.aencode([c.text for c in cands]) if cands else None
+        report()
+        return _Outcome(rec, cands, vectors, returned, time.perf_counter())
+
+    async def _distill(self, problem: str, attempt: str, r: int, seed: int | None) -> str | None:
+        cfg = self.config
+        messages = distill_messages(
+            problem,
+            _clip_attempt(attempt, cfg.attempt_max_chars),
+            cfg.max_experiences_per_rollout,
+            cfg.max_words_per_experience,
+        )
+        params: dict[str, Any] = dict(
+            role="distill",
+            task=f"round{r}",
+            temperature=cfg.distill_temperature,
+            max_tokens=cfg.distill_max_tokens,
+            seed=seed,
+        )
+        try:
+            if self._schema_ok:
+                try:
+                    schema = distill_schema(cfg.max_experiences_per_rollout)
+                    return (await self.client.chat(messages, response_format=schema, **params)).text
+                except LLMBadRequestError:
+                    self._schema_ok = False  # server refuses JSON schema: parse tolerantly
+            return (await self.client.chat(messages, **params)).text
+        except LLMError:
+            return None

@@ -1,0 +1,138 @@
+"""RSE configuration and results (plain dataclasses, JSON-serialisable via ``to_dict``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from rse_fast.bank import Decision
+
+
+@dataclass(frozen=True)
+class RSEConfig:
+    """Rounds R, samples per round K_r, τ per experience type, sampling and distillation."""
+
+    rounds: int = 4
+    k: int | Sequence[int] = 8  # one K for every round, or K_r per round
+    tau_positive: float = 0.85
+    tau_negative: float = 0.85
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int | None = 20
+    max_tokens: int = 2048
+    seed: int | None = 0
+    distill_temperature: float = 0.3
+    distill_max_tokens: int = 768
+    max_experiences_per_rollout: int = 5
+    max_words_per_experience: int = 40
+    max_chars_per_experience: int = 300
+    attempt_max_chars: int = 12000
+    max_rendered_per_type: int = 12
+    bank_token_budget: int = 1000
+    use_json_schema: bool = True
+    dedup_order: Literal["rollout", "shortest"] = "rollout"
+    select_from: Literal["all", "last"] = "all"
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        ks = [self.k] if isinstance(self.k, int) else list(self.k)
+        if not ks or any(int(k) < 1 for k in ks):
+            raise ValueError(f"k must be >= 1 (or a list of per-round values >= 1), got {self.k}")
+        if not isinstance(self.k, int) and len(ks) != self.rounds:
+            raise ValueError(f"k lists {len(ks)} rounds but rounds={self.rounds}")
+        for name in ("tau_positive", "tau_negative"):
+            t = getattr(self, name)
+            if not -1.0 < t <= 1.0:
+                raise ValueError(f"{name} must be in (-1, 1], got {t}")
+        if self.dedup_order not in ("rollout", "shortest"):
+            raise ValueError(
+                f"dedup_order must be 'rollout' or 'shortest', got {self.dedup_order!r}"
+            )
+        if self.select_from not in ("all", "last"):
+            raise ValueError(f"select_from must be 'all' or 'last', got {self.select_from!r}")
+
+    def k_for_round(self, r: int) -> int:
+        """K_r for round r (1-based)."""
+        return int(self.k) if isinstance(self.k, int) else int(list(self.k)[r - 1])
+
+    @property
+    def tau(self) -> dict[str, float]:
+        return {"positive": self.tau_positive, "negative": self.tau_negative}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["k"] = self.k if isinstance(self.k, int) else list(self.k)
+        return d
+
+
+@dataclass
+class RolloutRecord:
+    index: int
+    text: str = ""
+    answer: str | None = None
+    correct: bool | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    distill: Literal["ok", "unparseable", "failed", "skipped"] = "skipped"
+    positive: list[str] = field(default_factory=list)
+    negative: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RoundResult:
+    round: int
+    k: int
+    experience_block: str  # the bank as rendered into this round's prompt
+    rollouts: list[RolloutRecord]
+    decisions: list[Decision]
+    bank_sizes: dict[str, int]
+    answer: str | None
+    votes: int
+    accuracy: float | None
+    unparseable: int
+    failed_rollouts: int
+    failed_distills: int
+    tokens: int
+    wall_s: float
+    tail_ms: float  # last distillation's return → bank updated and next prompt rendered
+    tail_encoder_ms: float  # the part of the tail spent waiting for the encoder
+    checkpoint_ms: float = 0.0
+
+    @property
+    def answers(self) -> list[str | None]:
+        return [r.answer for r in self.rollouts]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoundResult:
+        d = dict(d)
+        d["rollouts"] = [RolloutRecord(**r) for r in d["rollouts"]]
+        d["decisions"] = [Decision(**x) for x in d["decisions"]]
+        return cls(**d)
+
+
+@dataclass
+class RSEResult:
+    problem: str
+    answer: str | None
+    votes: int
+    total_votes: int
+    correct: bool | None
+    rounds: list[RoundResult]
+    bank_sizes: dict[str, int]
+    ledger: dict[str, Any]
+    wall_s: float
+    resumed_from_round: int = 0
+
+    @property
+    def accuracy_per_round(self) -> list[float | None]:
+        return [r.accuracy for r in self.rounds]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["accuracy_per_round"] = self.accuracy_per_round
+        return d

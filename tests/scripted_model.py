@@ -1,0 +1,58 @@
+"""A scripted 'model' for RSE tests: it gets the problem wrong until a specific pitfall appears
+in its prompt, and its distiller names that pitfall. Deterministic given the request seed."""
+
+from __future__ import annotations
+
+import json
+
+from rse_fast.prompts import DISTILL_SYSTEM, PITFALLS_HEADER, SOLVE_SYSTEM
+
+PROBLEM = "What is 27 + 15? Mind the carry."
+GOLD = "42"
+PITFALL = "Adding 27 and 15 without carrying the one from the units column gives 32, not 42."
+FACT = "The units digits 7 and 5 sum to 12, so write 2 and carry 1."
+
+
+def is_distill(body: dict) -> bool:
+    return body["messages"][0]["content"] == DISTILL_SYSTEM
+
+
+def is_solve(body: dict) -> bool:
+    return body["messages"][0]["content"] == SOLVE_SYSTEM
+
+
+def rollout_index(body: dict) -> int:
+    return int(body.get("seed") or 0) % 1000
+
+
+def solve_reply(body: dict, _: int) -> str:
+    prompt = body["messages"][-1]["content"]
+    if PITFALL in prompt:
+        return "Units: 7 + 5 = 12, write 2 carry 1. Tens: 2 + 1 + 1 = 4. \\boxed{42}"
+    return "7 + 5 = 12, write 2. 2 + 1 = 3. So the sum is \\boxed{32}"
+
+
+def distill_reply(body: dict, _: int) -> str:
+    i = rollout_index(body)
+    negative = [PITFALL] if "boxed{32}" in body["messages"][-1]["content"] else []
+    positive = [FACT, f"Observation number {i} about rollout-specific detail {i * 7919}."]
+    return json.dumps({"positive": positive, "negative": negative})
+
+
+def reply(body: dict, index: int) -> str:
+    if is_distill(body):
+        return distill_reply(body, index)
+    return solve_reply(body, index)
+
+
+__all__ = [
+    "FACT",
+    "GOLD",
+    "PITFALL",
+    "PITFALLS_HEADER",
+    "PROBLEM",
+    "is_distill",
+    "is_solve",
+    "reply",
+    "rollout_index",
+]

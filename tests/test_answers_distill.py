@@ -1,0 +1,87 @@
+"""Answer extraction, normalisation, voting, and tolerant distillation parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rse_fast.answers import (
+    answers_equivalent,
+    extract_answer,
+    majority_vote,
+    normalize_answer,
+)
+from rse_fast.distill import clean_statement, parse_distillation
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("so \\boxed{41} then \\boxed{42}", "42"),
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\boxed{ \\{1, 2\\} }", "\\{1, 2\\}"),
+        ("Work.\nAnswer: 17.", "17"),
+        ("**Final Answer:** $3\\sqrt{2}$", "3\\sqrt{2}"),
+        ("Final answer: \\boxed{7}", "7"),
+        ("no answer here", None),
+        ("", None),
+        ("\\boxed{unclosed", None),
+    ],
+)
+def test_extract_answer(text, answer):
+    assert extract_answer(text) == answer
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("1,000", "1000", True),
+        ("x = 5", "5", True),
+        ("$\\dfrac{1}{2}$", "\\frac{1}{2}", True),
+        ("0.50", "0.5", True),
+        ("90^\\circ", "90", True),
+        ("\\text{Monday}", "monday", True),
+        ("3", "4", False),
+        (None, "4", False),
+    ],
+)
+def test_normalisation_and_equivalence(a, b, same):
+    assert answers_equivalent(a, b) is same
+
+
+def test_math_verify_equivalence_when_installed():
+    pytest.importorskip("math_verify")
+    assert answers_equivalent("\\frac{1}{2}", "0.5")
+    assert answers_equivalent("\\sqrt{8}", "2\\sqrt{2}")
+    assert not answers_equivalent("\\sqrt{8}", "3")
+
+
+def test_majority_vote_clusters_and_breaks_ties_by_first_seen():
+    vote = majority_vote(["7", "x = 7", "8", None, "8", "7.0"])
+    assert vote.answer == "7" and vote.count == 3 and vote.total == 5
+    tie = majority_vote(["b", "a", "a", "b"])
+    assert tie.answer == "b"
+    assert majority_vote([None, None]).answer is None
+    assert normalize_answer("  ") is None
+
+
+def test_parse_distillation_variants():
+    clean = parse_distillation(json.dumps({"positive": ["a"], "negative": ["b"]}), 5, 100)
+    assert clean.positive == ["a"] and clean.negative == ["b"]
+    fenced = parse_distillation(
+        'Sure:\n```json\n{"verified_propositions": ["p", {"text": "q"}], '
+        '"critical_pitfalls": ["- {braced} pitfall"]}\n```',
+        5,
+        100,
+    )
+    assert fenced.positive == ["p", "q"] and fenced.negative == ["{braced} pitfall"]
+    capped = parse_distillation(json.dumps({"positive": [str(i) for i in range(9)]}), 3, 100)
+    assert capped.positive == ["0", "1", "2"] and capped.negative == []
+    for garbage in ("no json", '{"other": 1}', "[1, 2]", '{"positive": 5}x'):
+        assert parse_distillation(garbage, 5, 100) is None or garbage.endswith("x")
+
+
+def test_clean_statement_truncates_at_a_word():
+    s = clean_statement("1. " + "alpha " * 50, 40)
+    assert len(s) <= 40 and s.endswith("…") and not s.startswith("1.")
