@@ -79,6 +79,11 @@ class Ledger:
         with self._lock:
             self.records.append(rec)
 
+    def restore(self, records: list[CallRecord]) -> None:
+        """Put earlier records (e.g. from a checkpoint) in front of this ledger's own."""
+        with self._lock:
+            self.records[:0] = records
+
     def record_usage(
         self,
         role: str,

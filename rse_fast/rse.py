@@ -41,6 +41,7 @@ class Progress:
     failures: int
     bank_sizes: dict[str, int]
     tokens: int
+    round_done: bool = False
 
 
 @dataclass
@@ -110,7 +111,7 @@ class RSE:
             saved = self.checkpoint.load(problem)
             if saved is not None:
                 rounds, bank, records = saved
-                self.client.ledger.records[:0] = records
+                self.client.ledger.restore(records)
         resumed_from = len(rounds)
         block = self._render(bank)
         for r in range(len(rounds) + 1, cfg.rounds + 1):
@@ -153,7 +154,7 @@ class RSE:
         messages = solve_messages(problem, block)
         counters = {"rollouts": 0, "distills": 0, "failures": 0}
 
-        def report() -> None:
+        def report(round_done: bool = False) -> None:
             if self.progress is not None:
                 self.progress(
                     Progress(
@@ -165,6 +166,7 @@ class RSE:
                         counters["failures"],
                         bank.sizes(),
                         self.client.ledger.total_tokens,
+                        round_done,
                     )
                 )
 
@@ -206,7 +208,7 @@ class RSE:
             tail_ms=(t_end - last_return) * 1e3,
             tail_encoder_ms=max(0.0, all_encoded - last_return) * 1e3,
         )
-        report()
+        report(round_done=True)
         return result, next_block
 
     def _insert(self, bank: ExperienceBank, outcomes: list[_Outcome]) -> list[Decision]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import threaded_server
 from scripted_model import (
     FACT,
     GOLD,
@@ -186,26 +187,9 @@ def test_sync_solve_and_config_validation(encoder):
         RSEConfig(rounds=2, k=[1, 2, 3])
     with pytest.raises(ValueError, match="tau_positive"):
         RSEConfig(tau_positive=1.5)
-    import asyncio
-
-    async def serve_and_solve():
-        srv = ScriptedServer(default_reply=reply)
-        await srv.start()
-        return srv
-
-    loop = asyncio.new_event_loop()
-    srv = loop.run_until_complete(serve_and_solve())
-    import threading
-
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with threaded_server(default_reply=reply) as srv:
         rse = make_rse(srv.base_url, encoder, rounds=2, k=[2, 3])
         result = rse.solve_sync(PROBLEM, gold=GOLD)
         assert [r.k for r in result.rounds] == [2, 3] and result.answer == GOLD  # 3 of 5 votes
         with pytest.raises(ValueError, match="non-empty"):
             rse.solve_sync("   ")
-    finally:
-        asyncio.run_coroutine_threadsafe(srv.stop(), loop).result()
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()

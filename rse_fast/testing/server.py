@@ -87,6 +87,7 @@ class ScriptedServer:
     host: str = "127.0.0.1"
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)  # injected latency, per request
     in_flight: int = 0
     max_in_flight: int = 0
 
@@ -104,6 +105,7 @@ class ScriptedServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/debug/requests", self._debug_requests)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -139,6 +141,18 @@ class ScriptedServer:
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def _debug_requests(self, request: web.Request) -> web.Response:
+        """Seed and injected latency of every request so far (benchmarks read it back)."""
+        rows = [
+            {
+                "seed": b.get("seed"),
+                "system": (b.get("messages") or [{}])[0].get("content"),
+                "delay_s": d,
+            }
+            for b, d in zip(self.requests, self.delays, strict=False)
+        ]
+        return web.json_response(rows)
+
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
             {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "test"}]}
@@ -161,6 +175,7 @@ class ScriptedServer:
         delay = self.latency(self._rng) if callable(self.latency) else self.latency
         if fault is not None and fault.kind == "slow":
             delay += fault.delay_s
+        self.delays.append(delay)
         if delay > 0:
             await asyncio.sleep(delay)
         if fault is not None and fault.kind == "status":
