@@ -1,9 +1,11 @@
-"""``rse-fast`` command line: solve a problem with RSE (more subcommands join as they land)."""
+"""``rse-fast`` command line: ``solve`` a problem with RSE; ``local setup|serve`` the embedded
+llama.cpp server that ``solve`` uses when no server URL is configured."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -33,6 +35,18 @@ def _progress_printer(stream: Any = None):
     return show
 
 
+def demo_problem(problem_id: str) -> dict[str, str]:
+    import importlib.resources
+
+    data = json.loads(
+        (importlib.resources.files("rse_fast") / "data" / "demo_problems.json").read_text()
+    )
+    for item in data:
+        if item["id"] == problem_id:
+            return item
+    raise SystemExit(f"no demo problem {problem_id!r}; choose one of {[d['id'] for d in data]}")
+
+
 def format_summary(result: RSEResult) -> str:
     lines = [f"answer: {result.answer}  ({result.votes}/{result.total_votes} votes)"]
     if result.correct is not None:
@@ -49,7 +63,15 @@ def format_summary(result: RSEResult) -> str:
     return "\n".join(lines)
 
 
-def _config(args: argparse.Namespace) -> RSEConfig:
+#: Settings for a remote server, and smaller ones sized for the embedded 2-core CPU server.
+REMOTE_DEFAULTS = {"rounds": 4, "k": "8", "max_tokens": 2048}
+LOCAL_DEFAULTS = {"rounds": 3, "k": "4", "max_tokens": 1024}
+
+
+def _config(args: argparse.Namespace, local: bool) -> RSEConfig:
+    for key, value in (LOCAL_DEFAULTS if local else REMOTE_DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     ks = [int(x) for x in str(args.k).split(",")]
     tau_pos = args.tau_positive if args.tau_positive is not None else args.tau
     tau_neg = args.tau_negative if args.tau_negative is not None else args.tau
@@ -72,40 +94,67 @@ async def _solve(args: argparse.Namespace) -> RSEResult:
 
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
-    if not base_url:
-        raise SystemExit(
-            "no server: pass --base-url URL (or set OPENAI_BASE_URL) for an OpenAI-compatible "
-            "server"
-        )
+    cfg = _config(args, local=not base_url)
     trace = JsonlTrace(args.trace) if args.trace else None
-    try:
-        async with LLMClient(base_url, args.model, api_key=api_key, trace=trace) as client:
-            rse = RSE(
-                client,
-                Encoder(),
-                _config(args),
-                checkpoint_dir=args.checkpoint,
-                progress=None if args.quiet else _progress_printer(),
-            )
-            return await rse.solve(args.problem, gold=args.gold, resume=args.resume)
-    finally:
+    async with contextlib.AsyncExitStack() as stack:
         if trace is not None:
-            trace.close()
+            stack.callback(trace.close)
+        model = args.model or os.environ.get("OPENAI_MODEL") or "default"
+        if not base_url:  # no server configured: start the embedded one
+            from rse_fast.local import LocalServer
+
+            server = LocalServer(
+                args.local_model,
+                gguf=args.gguf,
+                llama_server=args.llama_server,
+                parallel=cfg.k_for_round(1),
+            )
+            if not args.quiet:
+                print(f"starting local llama-server ({server.model_name})...", file=sys.stderr)
+            await stack.enter_async_context(server)
+            base_url, model = server.base_url, server.model_name
+        client = await stack.enter_async_context(
+            LLMClient(base_url, model, api_key=api_key, trace=trace)
+        )
+        rse = RSE(
+            client,
+            Encoder(),
+            cfg,
+            checkpoint_dir=args.checkpoint,
+            progress=None if args.quiet else _progress_printer(),
+        )
+        return await rse.solve(args.problem, gold=args.gold, resume=args.resume)
+    raise AssertionError("unreachable")
 
 
 def add_solve_parser(sub: Any) -> None:
     p = sub.add_parser("solve", help="solve one problem with RSE")
-    p.add_argument("problem")
-    p.add_argument("--base-url", help="OpenAI-compatible server (default $OPENAI_BASE_URL)")
-    p.add_argument("--model", default=os.environ.get("OPENAI_MODEL", "default"))
+    p.add_argument("problem", nargs="?", help="the problem text (or use --demo)")
+    p.add_argument(
+        "--demo",
+        nargs="?",
+        const="change",
+        metavar="ID",
+        help="a bundled word problem with its answer (default 'change')",
+    )
+    p.add_argument(
+        "--base-url",
+        help="OpenAI-compatible server (default $OPENAI_BASE_URL; "
+        "without either, the embedded local llama-server is started)",
+    )
+    p.add_argument("--model", help="model name on the server (default $OPENAI_MODEL)")
     p.add_argument("--api-key", help="default $OPENAI_API_KEY")
-    p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--k", default="8", help="rollouts per round, or a comma list per round")
+    add_local_arguments(p)
+    p.add_argument("--rounds", type=int, help="default 4 (3 on the local server)")
+    p.add_argument(
+        "--k",
+        help="rollouts per round, or a comma list per round (default 8; 4 on the local server)",
+    )
     p.add_argument("--tau", type=float, default=0.85, help="dedup threshold for both types")
     p.add_argument("--tau-positive", type=float)
     p.add_argument("--tau-negative", type=float)
     p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--max-tokens", type=int, default=2048)
+    p.add_argument("--max-tokens", type=int, help="default 2048 (1024 on the local server)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gold", help="reference answer, to report per-round accuracy")
     p.add_argument("--trace", help="append every LLM call to this JSONL file")
@@ -115,14 +164,162 @@ def add_solve_parser(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
+def add_local_arguments(p: Any) -> None:
+    p.add_argument(
+        "--local-model",
+        help="catalogue model for the embedded server "
+        "(smollm2-135m | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b)",
+    )
+    p.add_argument("--gguf", help="your own GGUF file instead of a catalogue model")
+    p.add_argument("--llama-server", help="your own llama-server binary")
+
+
+def add_local_parser(sub: Any) -> None:
+    p = sub.add_parser("local", help="the embedded llama.cpp server")
+    lsub = p.add_subparsers(dest="local_command", required=True)
+    setup = lsub.add_parser("setup", help="build llama-server and fetch a model (idempotent)")
+    add_local_arguments(setup)
+    setup.add_argument("--model", dest="local_model", help="same as --local-model")
+    serve = lsub.add_parser("serve", help="run the local server until Ctrl-C")
+    add_local_arguments(serve)
+    serve.add_argument("--model", dest="local_model", help="same as --local-model")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--parallel", type=int, default=4)
+
+
+def _local(args: argparse.Namespace) -> int:
+    import time
+
+    from rse_fast.local import LocalServer, serve_forever, setup
+    from rse_fast.local_build import build_server
+    from rse_fast.local_models import catalogue, fetch_model
+
+    if args.local_command == "setup":
+        t0 = time.perf_counter()
+        if args.llama_server and args.gguf:
+            print("nothing to set up: both --llama-server and --gguf were given")
+        elif args.llama_server:
+            print(f"model ready: {fetch_model(args.local_model or catalogue()['default'])}")
+        elif args.gguf:
+            print(f"llama-server ready: {build_server()}")
+        else:
+            setup(args.local_model)
+        print(f"setup done in {time.perf_counter() - t0:.0f}s")
+        return 0
+    server = LocalServer(
+        args.local_model,
+        gguf=args.gguf,
+        llama_server=args.llama_server,
+        parallel=args.parallel,
+        port=args.port,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_forever(server))
+    return 0
+
+
+def add_eval_parser(sub: Any) -> None:
+    p = sub.add_parser("eval", help="compare TTS methods at equal token budgets")
+    p.add_argument("--methods", default="sc,bon,beam,particle,refine,fusion,rse")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        help="mmath:math500|competition, gym:<task>, humaneval, healthbench, "
+        "writingbench, jsonl:<path>",
+    )
+    p.add_argument("--budgets", default="2000,8000,32000")
+    p.add_argument("--limit", type=int, default=20, help="problems (seeded sample)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--base-url")
+    p.add_argument("--model")
+    p.add_argument("--api-key")
+    add_local_arguments(p)
+    p.add_argument("--judge-url", help="OpenAI-compatible judge (default: the policy model)")
+    p.add_argument("--judge-model")
+    p.add_argument("--reward-url", help="scoring API for best-of-N instead of the LLM judge")
+    p.add_argument("--parallel", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--out", default="eval-results", help="directory; reruns resume from it")
+    p.add_argument("--quiet", action="store_true")
+
+
+async def _eval(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from rse_fast.client import LLMClient
+    from rse_fast.encoder import Encoder
+    from rse_fast.eval.datasets import load_dataset
+    from rse_fast.eval.report import write_report
+    from rse_fast.eval.runner import EvalPlan, run_eval
+    from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
+
+    ds = load_dataset(args.dataset, args.limit, args.seed)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
+    async with contextlib.AsyncExitStack() as stack:
+        model = args.model or os.environ.get("OPENAI_MODEL") or "default"
+        if not base_url:
+            from rse_fast.local import LocalServer
+
+            server = LocalServer(
+                args.local_model,
+                gguf=args.gguf,
+                llama_server=args.llama_server,
+                parallel=args.parallel,
+            )
+            await stack.enter_async_context(server)
+            base_url, model = server.base_url, server.model_name
+        client = await stack.enter_async_context(LLMClient(base_url, model, api_key=api_key))
+        judge_client = None
+        if args.judge_url:
+            judge_client = await stack.enter_async_context(
+                LLMClient(args.judge_url, args.judge_model or model, api_key=api_key)
+            )
+        judge = LLMJudge(client=judge_client)
+        encoder = Encoder()
+        common = dict(parallel=args.parallel, max_tokens=args.max_tokens, seed=args.seed)
+        methods = []
+        for name in args.methods.split(","):
+            extra: dict[str, Any] = {}
+            if name in ("bon", "beam", "particle"):
+                extra["judge"] = (
+                    HTTPRewardModel(args.reward_url) if name == "bon" and args.reward_url else judge
+                )
+            if name == "rse":
+                extra["encoder"] = encoder
+            methods.append(make_method(name.strip(), **common, **extra))
+        out = Path(args.out)
+        plan = EvalPlan(methods, budgets, out, grader=LLMJudge(), grader_client=judge_client)
+        log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+        results = await run_eval(ds, plan, client, encoder=encoder, progress=log)
+    title = f"{ds.name}, {len(ds.problems)} problems, model {model}"
+    return write_report(results, out, title, noisy=ds.kind == "rubric")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rse-fast", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_solve_parser(sub)
+    add_local_parser(sub)
+    add_eval_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "local":
+        return _local(args)
+    if args.command == "eval":
+        report = asyncio.run(_eval(args))
+        print(report["table"])
+        if report["plot"]:
+            print(f"plot: {report['plot']}")
+        return 0
     if args.command == "solve":
         if args.resume and not args.checkpoint:
             parser.error("--resume needs --checkpoint DIR")
+        if args.demo:
+            demo = demo_problem(args.demo)
+            args.problem, args.gold = demo["problem"], args.gold or demo["answer"]
+        if not args.problem:
+            parser.error("give a problem, or --demo")
         try:
             result = asyncio.run(_solve(args))
         except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import random
 import time
@@ -91,6 +92,27 @@ async def _gather_or_cancel(aws: Sequence[Awaitable[ChatResult]]) -> list[ChatRe
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class _SharedSession:
+    """The aiohttp session of a client and its views, created lazily in the running loop."""
+
+    def __init__(self) -> None:
+        self.session: aiohttp.ClientSession | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self.session is None or self.session.closed or self.loop is not loop:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            self.session = aiohttp.ClientSession(connector=connector)
+            self.loop = loop
+        return self.session
+
+    async def close(self) -> None:
+        if self.session is not None and not self.session.closed:
+            await self.session.close()
+        self.session = None
+
+
 class LLMClient:
     """One aiohttp session per client; least-outstanding routing across ``endpoints``.
 
@@ -125,8 +147,7 @@ class LLMClient:
         self.ledger = ledger if ledger is not None else Ledger()
         self.count_tokens: TokenCounter = token_counter or approx_token_count
         self.trace = trace
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._shared = _SharedSession()
         self._timeout = aiohttp.ClientTimeout(
             total=timeouts.total_s, connect=timeouts.connect_s, sock_connect=timeouts.connect_s
         )
@@ -136,17 +157,22 @@ class LLMClient:
 
     # -- lifecycle -------------------------------------------------------------------------
     def _get_session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector)
-            self._session_loop = loop
-        return self._session
+        return self._shared.get()
+
+    @property
+    def _session(self) -> aiohttp.ClientSession | None:
+        return self._shared.session
+
+    def with_ledger(self, ledger: Ledger) -> LLMClient:
+        """A view of this client (same endpoints, routing state and connections) that records
+        into another ledger: how each method run gets its own token count."""
+        view = copy.copy(self)
+        view.ledger = ledger
+        return view
 
     async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
+        """Close the connections (shared with every ``with_ledger`` view)."""
+        await self._shared.close()
 
     async def __aenter__(self) -> LLMClient:
         return self

@@ -115,7 +115,7 @@ class RSE:
         resumed_from = len(rounds)
         block = self._render(bank)
         for r in range(len(rounds) + 1, cfg.rounds + 1):
-            result, block = await self._round(problem, r, bank, gold, block)
+            result, block = await self.run_round(problem, r, bank, gold, block)
             rounds.append(result)
             if self.checkpoint is not None:
                 c0 = time.perf_counter()
@@ -143,7 +143,7 @@ class RSE:
             cfg.max_rendered_per_type, cfg.bank_token_budget, self.client.count_tokens
         )
 
-    async def _round(
+    async def run_round(
         self, problem: str, r: int, bank: ExperienceBank, gold: str | None, block: str
     ) -> tuple[RoundResult, str]:
         """Round r with prompt block ``block``; returns its result and the next round's block."""

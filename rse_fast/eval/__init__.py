@@ -1,0 +1,1 @@
+"""Compute-normalised evaluation of TTS methods: datasets, runner, metrics, report."""

