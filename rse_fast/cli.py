@@ -297,13 +297,50 @@ async def _eval(args: argparse.Namespace) -> dict[str, Any]:
     return write_report(results, out, title, noisy=ds.kind == "rubric")
 
 
+def add_serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible service in front of upstream servers")
+    p.add_argument(
+        "--upstream",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="upstream OpenAI-compatible server (repeat for several)",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-keys-file", help="accepted keys, one per line (also $RSE_FAST_API_KEYS)")
+    p.add_argument("--upstream-api-key", default=os.environ.get("OPENAI_API_KEY"))
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument("--per-key-concurrency", type=int, default=16)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from rse_fast.serve import ServeConfig, serve
+
+    config = ServeConfig(
+        upstreams=args.upstream,
+        api_keys=ServeConfig.keys_from(path=args.api_keys_file),
+        max_body_bytes=args.max_body_bytes,
+        per_key_concurrency=args.per_key_concurrency,
+        request_timeout_s=args.timeout,
+        upstream_api_key=args.upstream_api_key,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config, args.host, args.port))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rse-fast", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_solve_parser(sub)
     add_local_parser(sub)
     add_eval_parser(sub)
+    add_serve_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "local":
         return _local(args)
     if args.command == "eval":

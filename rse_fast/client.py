@@ -23,14 +23,14 @@ from rse_fast.errors import (
     LLMBadRequestError,
     LLMConnectionError,
     LLMError,
-    LLMRateLimitError,
     LLMResponseError,
-    LLMServerError,
     LLMTimeoutError,
+    http_error,
 )
 from rse_fast.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
-from rse_fast.retry import RetryPolicy, is_retryable_status, parse_retry_after
+from rse_fast.retry import RetryPolicy, parse_retry_after
 from rse_fast.routing import Endpoint, EndpointPool, EndpointState
+from rse_fast.sse import open_stream, read_sse
 
 TraceHook = Callable[[dict[str, Any]], None]
 _SOURCE_RANK = {"reported": 0, "estimated": 1, "corrected": 2}
@@ -48,18 +48,6 @@ def _as_endpoints(
 ) -> list[Endpoint]:
     items = [endpoints] if isinstance(endpoints, (str, Endpoint)) else list(endpoints)
     return [e if isinstance(e, Endpoint) else Endpoint(e, api_key, limit) for e in items]
-
-
-def _http_error(status: int, body: str, endpoint: str, retry_after: float | None) -> LLMError:
-    if status == 429:
-        return LLMRateLimitError(
-            "rate limited", retry_after=retry_after, endpoint=endpoint, status=status, body=body
-        )
-    if is_retryable_status(status):
-        return LLMServerError(
-            "server error", retry_after=retry_after, endpoint=endpoint, status=status, body=body
-        )
-    return LLMBadRequestError("request rejected", endpoint=endpoint, status=status, body=body)
 
 
 def _parse_choices(data: Any, endpoint: str) -> tuple[Choice, ...]:
@@ -262,10 +250,10 @@ class LLMClient:
         usage: Usage | None = None
         endpoint = ""
         try:
-            async with contextlib.aclosing(self._open_stream(body)) as opened:
+            async with contextlib.aclosing(open_stream(self, body)) as opened:
                 async for state, resp in opened:
                     endpoint = state.url
-                    async for event in self._read_sse(resp, state.url):
+                    async for event in read_sse(resp, state.url):
                         if event.usage is not None:
                             usage = event.usage
                         if event.delta:
@@ -409,7 +397,7 @@ class LLMClient:
             raise LLMConnectionError(f"connection failed ({exc!r})", endpoint=url) from None
         text = raw.decode("utf-8", "replace")
         if status >= 400:
-            raise _http_error(status, text, url, retry_after)
+            raise http_error(status, text, url, retry_after)
         try:
             data = json.loads(text)
         except ValueError:
@@ -442,78 +430,3 @@ class LLMClient:
         if error is not None:
             rec.update(endpoint=error.endpoint, error=f"{type(error).__name__}: {error}")
         self.trace(rec)
-
-    # -- streaming -------------------------------------------------------------------------
-    async def _open_stream(
-        self, body: dict[str, Any]
-    ) -> AsyncIterator[tuple[EndpointState, aiohttp.ClientResponse]]:
-        """Yield one open 200 response, retrying connection errors and retryable statuses."""
-        attempt = 0
-        while True:
-            attempt += 1
-            async with self.pool.slot() as st:
-                try:
-                    async with self._get_session().post(
-                        st.url + "/chat/completions",
-                        data=json.dumps(body),
-                        headers=self._headers(st),
-                        timeout=self._stream_timeout,
-                    ) as resp:
-                        if resp.status >= 400:
-                            text = (await resp.read()).decode("utf-8", "replace")
-                            raise _http_error(
-                                resp.status,
-                                text,
-                                st.url,
-                                parse_retry_after(resp.headers.get("Retry-After")),
-                            )
-                        self.pool.record_success(st)
-                        yield st, resp
-                        return
-                except (asyncio.TimeoutError, TimeoutError):
-                    error: LLMError = LLMTimeoutError("stream timed out", endpoint=st.url)
-                except aiohttp.ClientError as exc:
-                    error = LLMConnectionError(f"connection failed ({exc!r})", endpoint=st.url)
-                except LLMError as exc:
-                    error = exc
-                if error.retryable:
-                    self.pool.record_failure(st)
-            if not error.retryable or attempt >= self.retry.max_attempts:
-                error.attempts = attempt
-                raise error
-            await asyncio.sleep(self.retry.delay(attempt, getattr(error, "retry_after", None)))
-
-    async def _read_sse(self, resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[StreamEvent]:
-        try:
-            async for event in self._parse_sse(resp, url):
-                yield event
-        except (asyncio.TimeoutError, TimeoutError):
-            raise LLMTimeoutError("stream went idle", endpoint=url) from None
-        except aiohttp.ClientError as exc:
-            raise LLMConnectionError(f"stream broke ({exc!r})", endpoint=url) from None
-
-    async def _parse_sse(
-        self, resp: aiohttp.ClientResponse, url: str
-    ) -> AsyncIterator[StreamEvent]:
-        async for raw_line in resp.content:
-            line = raw_line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                return
-            try:
-                data = json.loads(payload)
-            except ValueError:
-                raise LLMResponseError(
-                    "malformed stream chunk", endpoint=url, body=payload.decode("utf-8", "replace")
-                ) from None
-            usage = None
-            if isinstance(data.get("usage"), dict):
-                u = data["usage"]
-                usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)))
-            for c in data.get("choices") or []:
-                delta = (c.get("delta") or {}).get("content") or ""
-                yield StreamEvent(int(c.get("index", 0)), delta, c.get("finish_reason"), raw=data)
-            if usage is not None:
-                yield StreamEvent(usage=usage, raw=data)

@@ -16,7 +16,12 @@ class IntegrityError(RSEFastError, ValueError):
 
 
 class RoundFailedError(RSEFastError, RuntimeError):
-    """Every call of an RSE round failed; the last checkpoint is intact."""
+    """Every call of an RSE round failed; the last checkpoint is intact. ``cause`` is the first
+    rollout's error."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class LLMError(RSEFastError):
@@ -93,3 +98,18 @@ class LLMServerError(LLMHTTPError):
 
 class LLMBadRequestError(LLMHTTPError):
     """Another 4xx (bad request, auth, not found): retrying would not help."""
+
+
+def http_error(status: int, body: str, endpoint: str, retry_after: float | None) -> LLMError:
+    """The typed error for an HTTP error status (retry rules: see ``retry.py``)."""
+    from rse_fast.retry import is_retryable_status
+
+    if status == 429:
+        return LLMRateLimitError(
+            "rate limited", retry_after=retry_after, endpoint=endpoint, status=status, body=body
+        )
+    if is_retryable_status(status):
+        return LLMServerError(
+            "server error", retry_after=retry_after, endpoint=endpoint, status=status, body=body
+        )
+    return LLMBadRequestError("request rejected", endpoint=endpoint, status=status, body=body)

@@ -51,6 +51,7 @@ class _Outcome:
     vectors: np.ndarray | None
     returned_at: float  # when the last call of this rollout returned
     encoded_at: float  # when its experiences were embedded
+    error: LLMError | None = None
 
 
 def _clip_attempt(text: str, limit: int) -> str:
@@ -180,7 +181,8 @@ class RSE:
         if failed == k:
             raise RoundFailedError(
                 f"round {r}: all {k} rollouts failed (first error: {outcomes[0].record.error}); "
-                "the last checkpoint is intact"
+                "the last checkpoint is intact",
+                cause=outcomes[0].error,
             )
         last_return = max(o.returned_at for o in outcomes)
         all_encoded = max(o.encoded_at for o in outcomes)
@@ -257,7 +259,7 @@ class RSE:
             counters["failures"] += 1
             report()
             now = time.perf_counter()
-            return _Outcome(rec, [], None, now, now)
+            return _Outcome(rec, [], None, now, now, exc)
         rec.text, rec.finish_reason = res.text, res.choices[0].finish_reason
         rec.answer = extract_answer(res.text)
         if gold is not None:

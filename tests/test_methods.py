@@ -77,3 +77,14 @@ def test_parse_score():
 def test_unknown_method():
     with pytest.raises(ValueError, match="unknown method"):
         make_method("magic")
+
+
+@pytest.mark.parametrize("name", ["beam", "particle"])
+async def test_stepwise_search_sizes_itself_to_a_small_budget(name):
+    """~6 extensions (step + judge, ~200 tokens each) fit: the search narrows to finish paths."""
+    async with ScriptedServer(default_reply=reply) as srv, LLMClient(srv.base_url, "m") as c:
+        res = await make_method(name, parallel=4, max_tokens=256).run(
+            Problem("p", PROBLEM, GOLD), 1200, c
+        )
+    assert abs(res.budget_error) <= 0.10, res.tokens
+    assert res.meta["finished"] >= 1 and res.final.answer is not None

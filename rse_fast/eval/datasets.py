@@ -83,12 +83,18 @@ def load_mmath(tier: str, limit: int | None, seed: int) -> Dataset:
 
 
 def load_gym(task: str, limit: int | None, seed: int) -> Dataset:
+    """``task`` may carry generator settings: ``basic_arithmetic?max_terms=3&max_digits=2``."""
     try:
         import reasoning_gym
     except ImportError:
         raise FileNotFoundError("dataset package missing: `pip install reasoning-gym`") from None
+    name, _, query = task.partition("?")
+    params: dict[str, Any] = {}
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        params[key] = int(value) if value.lstrip("-").isdigit() else value
     size = limit or 50
-    data = reasoning_gym.create_dataset(task, size=size, seed=seed)
+    data = reasoning_gym.create_dataset(name, size=size, seed=seed, **params)
     items = []
     for i, entry in enumerate(data):
 

@@ -77,6 +77,20 @@ class _Stepwise(Method):
         """How many paths one full-size search carries."""
         raise NotImplementedError
 
+    def _affordable(self, spend: Spend, wanted: int, depth: int) -> int:
+        """Extensions of the next level (0: stop) such that the paths they start can still be
+        carried through the remaining levels (3 guessed in all) within the budget. Landing is
+        precise to about half an extension's cost."""
+        if self._per_ext is None:
+            return wanted
+        carried = spend.units_left(self._per_ext * max(1, 3 - depth))
+        return min(wanted, max(carried, min(1, spend.units_left(self._per_ext))))
+
+    def _fit(self, spend: Spend, per_path_level: float, depth: int, cap: int) -> int:
+        """Paths to carry on so that the remaining levels (guessing 3 in all) fit the budget."""
+        levels = max(1, 3 - depth)
+        return max(1, min(cap, spend.units_left(per_path_level * levels)))
+
     async def _search(
         self, c: LLMClient, problem: Problem, spend: Spend, tree: int, n: int
     ) -> tuple[list[Path], list[Path], int]:
@@ -87,9 +101,13 @@ class _Stepwise(Method):
         search finishes early, the rest of the budget widens the pool with a new search."""
         c = client.with_ledger(Ledger())
         spend = Spend(c.ledger, budget)
+        self._per_ext: float | None = None  # measured cost of one extension (step + judge)
         finished: list[Path] = []
         frontier: list[Path] = []
-        depth, tree, n = 0, 0, self._paths()
+        # Size the first search from a pessimistic guess (every step at its token cap, three
+        # levels); later searches use what the previous one really cost per path.
+        guess = 2 * (c.count_tokens(problem.prompt) + 80 + self.step_tokens) * 3
+        depth, tree, n = 0, 0, max(1, min(self._paths(), spend.units_left(guess)))
         while n > 0:
             before = spend.spent
             done, frontier, d = await self._search(c, problem, spend, tree, n)
@@ -100,6 +118,8 @@ class _Stepwise(Method):
                 break
             per_path = (spend.spent - before) / n  # a smaller search fits what is left
             n = min(self._paths(), spend.units_left(per_path))
+            if n == 0 and self._per_ext and spend.units_left(self._per_ext) >= 1:
+                n = 1  # a last, partial search: its extensions are trimmed to the budget
         result = self._result(budget, finished, frontier, c.ledger, depth)
         result.meta["searches"] = tree
         return result
@@ -139,24 +159,27 @@ class BeamSearch(_Stepwise):
         self, c: LLMClient, problem: Problem, spend: Spend, tree: int, n: int
     ) -> tuple[list[Path], list[Path], int]:
         beams, finished = [Path()], []
-        level_cost, depth = 0.0, 0
+        depth = 0
         while beams and depth < self.max_depth:
-            if depth and spend.units_left(level_cost) < 1:
+            pairs = [(b, e) for b in range(len(beams)) for e in range(self.expand)]
+            pairs = pairs[: self._affordable(spend, len(pairs), depth)]
+            if not pairs:
                 break
             before = spend.spent
-            seeds = [
-                self.seed + 1000 * depth + 10 * b + e
-                for b in range(len(beams))
-                for e in range(self.expand)
-            ]
             children = await asyncio.gather(
-                *(self._extend(c, problem, beams[j // self.expand], s) for j, s in enumerate(seeds))
+                *(
+                    self._extend(
+                        c, problem, beams[b], self.seed + 100_000 * tree + 1000 * depth + 10 * b + e
+                    )
+                    for b, e in pairs
+                )
             )
-            level_cost = (spend.spent - before) * n / max(1, len(beams))
+            self._per_ext = (spend.spent - before) / len(pairs)
+            per_beam = self._per_ext * self.expand
             depth += 1
             finished += [p for p in children if p.finished]
             open_ = sorted((p for p in children if not p.finished), key=lambda p: -p.score)
-            beams = open_[:n]
+            beams = open_[: self._fit(spend, per_beam, depth, cap=min(len(open_), n))]
         return finished, beams, depth
 
 
@@ -177,9 +200,10 @@ class ParticleFilter(_Stepwise):
     ) -> tuple[list[Path], list[Path], int]:
         rng = random.Random(self.seed + tree)
         particles, finished = [Path() for _ in range(n)], []
-        level_cost, depth = 0.0, 0
+        depth = 0
         while particles and depth < self.max_depth:
-            if depth and spend.units_left(level_cost) < 1:
+            particles = particles[: self._affordable(spend, len(particles), depth)]
+            if not particles:
                 break
             before = spend.spent
             moved = await asyncio.gather(
@@ -188,11 +212,12 @@ class ParticleFilter(_Stepwise):
                     for k, p in enumerate(particles)
                 )
             )
-            level_cost = float(spend.spent - before)
+            per_particle = self._per_ext = (spend.spent - before) / len(particles)
             depth += 1
             finished += [p for p in moved if p.finished]
             alive = [p for p in moved if not p.finished]
-            particles = self._resample(alive, len(alive), rng) if alive else []
+            size = self._fit(spend, per_particle, depth, cap=2 * self._paths())
+            particles = self._resample(alive, size, rng) if alive else []
         return finished, particles, depth
 
     def _resample(self, alive: list[Path], n: int, rng: random.Random) -> list[Path]:

@@ -1,0 +1,80 @@
+"""Prometheus-format metrics for the service: requests, latency, tokens by role, errors."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: dict[tuple[str, int], int] = defaultdict(int)
+        self.errors: dict[str, int] = defaultdict(int)
+        self.tokens: dict[str, int] = defaultdict(int)
+        self.latency_buckets = [0] * len(BUCKETS)
+        self.latency_sum = 0.0
+        self.latency_count = 0
+        self.in_flight = 0
+
+    def observe(self, method: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self.requests[(method, status)] += 1
+            self.latency_sum += seconds
+            self.latency_count += 1
+            for i, b in enumerate(BUCKETS):
+                if seconds <= b:
+                    self.latency_buckets[i] += 1
+
+    def error(self, kind: str) -> None:
+        with self._lock:
+            self.errors[kind] += 1
+
+    def add_tokens(self, by_role: dict[str, int]) -> None:
+        with self._lock:
+            for role, n in by_role.items():
+                self.tokens[role] += n
+
+    def render(self) -> str:
+        with self._lock:
+            out = [
+                "# HELP rse_fast_requests_total Chat completion requests by method and status.",
+                "# TYPE rse_fast_requests_total counter",
+            ]
+            out += [
+                f'rse_fast_requests_total{{method="{m}",status="{s}"}} {n}'
+                for (m, s), n in sorted(self.requests.items())
+            ]
+            out += [
+                "# HELP rse_fast_request_seconds Request latency.",
+                "# TYPE rse_fast_request_seconds histogram",
+            ]
+            out += [
+                f'rse_fast_request_seconds_bucket{{le="{b}"}} {n}'
+                for b, n in zip(BUCKETS, self.latency_buckets, strict=True)
+            ]
+            out += [
+                f'rse_fast_request_seconds_bucket{{le="+Inf"}} {self.latency_count}',
+                f"rse_fast_request_seconds_sum {self.latency_sum:.6f}",
+                f"rse_fast_request_seconds_count {self.latency_count}",
+                "# HELP rse_fast_tokens_total Upstream tokens (prompt + completion) by role.",
+                "# TYPE rse_fast_tokens_total counter",
+            ]
+            out += [
+                f'rse_fast_tokens_total{{role="{r}"}} {n}' for r, n in sorted(self.tokens.items())
+            ]
+            out += [
+                "# HELP rse_fast_errors_total Errors by type.",
+                "# TYPE rse_fast_errors_total counter",
+            ]
+            out += [
+                f'rse_fast_errors_total{{type="{k}"}} {n}' for k, n in sorted(self.errors.items())
+            ]
+            out += [
+                "# HELP rse_fast_in_flight Requests being served.",
+                "# TYPE rse_fast_in_flight gauge",
+                f"rse_fast_in_flight {self.in_flight}",
+            ]
+        return "\n".join(out) + "\n"

@@ -1,0 +1,232 @@
+"""The OpenAI-compatible service, driven by the official openai SDK and by raw HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import urllib.error
+import urllib.request
+
+import aiohttp
+import openai
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scripted_model import GOLD, PROBLEM, reply
+
+from rse_fast.serve import ServeConfig, Service
+from rse_fast.testing import Fault, ScriptedServer
+
+
+@contextlib.asynccontextmanager
+async def service(upstream: ScriptedServer, **cfg):
+    svc = Service(ServeConfig([upstream.base_url], **cfg))
+    runner = aiohttp.web.AppRunner(svc.app(), handler_cancellation=True)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield svc, f"http://127.0.0.1:{port}/v1"
+    finally:
+        await runner.cleanup()
+
+
+MSG = [{"role": "user", "content": PROBLEM}]
+
+
+async def test_openai_sdk_pass_through_and_models():
+    async with ScriptedServer(default_reply=reply, model="tiny") as up, service(up) as (_, url):
+        client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+        res = await client.chat.completions.create(model="tiny", messages=MSG, max_tokens=50)
+        assert "boxed{32}" in res.choices[0].message.content and res.usage.total_tokens > 0
+        models = [m.id for m in (await client.models.list()).data]
+        assert "tiny" in models and "rse:tiny" in models
+        await client.close()
+    assert up.requests[0]["max_tokens"] == 50  # fields pass straight through
+
+
+async def test_openai_sdk_rse_with_details_and_full_usage():
+    async with ScriptedServer(default_reply=reply) as up, service(up) as (_, url):
+        client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+        res = await client.chat.completions.create(
+            model="rse:scripted",
+            messages=MSG,
+            extra_body={"rounds": 3, "k": 2, "rse_details": True},
+        )
+        await client.close()
+    assert "boxed{42}" in res.choices[0].message.content
+    details = res.model_extra["rse_fast"]
+    assert details["answer"] == GOLD and len(details["rounds"]) == 3
+    assert details["rounds"][0]["bank_sizes"]["negative"] == 1
+    # usage counts every internal call: 3 rounds × 2 rollouts × (solve + distill)
+    assert len(up.requests) == 12
+    words = sum(len(" ".join(m["content"] for m in b["messages"]).split()) for b in up.requests)
+    assert res.usage.prompt_tokens == words
+
+
+async def test_streaming_progress_then_answer():
+    async with ScriptedServer(default_reply=reply) as up, service(up) as (_, url):
+        client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="rse:scripted", messages=MSG, stream=True, extra_body={"rounds": 3, "k": 2}
+        )
+        chunks = [c async for c in stream]
+        passthrough = await client.chat.completions.create(
+            model="scripted", messages=MSG, stream=True
+        )
+        plain = "".join([c.choices[0].delta.content or "" async for c in passthrough if c.choices])
+        await client.close()
+    progress = [c for c in chunks if c.model_extra.get("rse_fast_progress")]
+    assert progress and progress[-1].model_extra["rse_fast_progress"]["round_done"]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "boxed{42}" in text and chunks[-1].choices[0].finish_reason == "stop"
+    assert "boxed{32}" in plain
+
+
+async def test_client_disconnect_cancels_the_work():
+    async with ScriptedServer(default_reply=reply, latency=0.3) as up, service(up) as (svc, url):
+        async with aiohttp.ClientSession() as s:
+            body = {"model": "rse:scripted", "messages": MSG, "stream": True, "rounds": 8, "k": 2}
+            async with s.post(url + "/chat/completions", json=body) as resp:
+                await resp.content.readline()
+        await asyncio.sleep(1.0)
+        seen = len(up.requests)
+        await asyncio.sleep(1.0)
+        assert len(up.requests) == seen < 32  # nothing new once the client left
+        assert svc.metrics.in_flight == 0
+
+
+async def test_auth_size_and_concurrency_limits(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# keys\nsecret-1\n")
+    async with ScriptedServer(default_reply=reply, latency=0.4) as up:
+        cfg = dict(
+            api_keys=ServeConfig.keys_from(path=str(keys)),
+            max_body_bytes=2000,
+            per_key_concurrency=1,
+        )
+        async with service(up, **cfg) as (_, url), aiohttp.ClientSession() as s:
+            body = {"model": "scripted", "messages": MSG}
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                async with s.post(url + "/chat/completions", json=body, headers=headers) as r:
+                    assert r.status == 401
+                    assert (await r.json())["error"]["type"] == "authentication_error"
+            ok = {"Authorization": "Bearer secret-1"}
+            big = {"model": "scripted", "messages": [{"role": "user", "content": "x" * 5000}]}
+            async with s.post(url + "/chat/completions", json=big, headers=ok) as r:
+                assert r.status == 413 and "error" in await r.json()
+
+            async def call() -> aiohttp.ClientResponse:
+                async with s.post(url + "/chat/completions", json=body, headers=ok) as r:
+                    await r.read()
+                    return r
+
+            a, b = await asyncio.gather(call(), call())
+            assert sorted([a.status, b.status]) == [200, 429]
+            limited = a if a.status == 429 else b
+            assert limited.headers["Retry-After"] == "1"
+            async with s.get(url.removesuffix("/v1") + "/health") as r:
+                assert r.status == 200  # health needs no key
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "kind"),
+    [
+        (Fault("status", status=500), 502, "upstream_error"),
+        (Fault("status", status=429, retry_after=0), 429, "rate_limit_error"),
+        (Fault("status", status=400), 400, "invalid_request_error"),
+        (Fault("reset"), 502, "upstream_error"),
+    ],
+)
+async def test_upstream_faults_become_typed_errors(fault, status, kind):
+    async with ScriptedServer(faults=lambda i, b: fault) as up, service(up) as (svc, url):
+        svc.client.retry = svc.client.retry.__class__(max_attempts=2, base_delay_s=0.001)
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(url + "/chat/completions", json={"model": "scripted", "messages": MSG}) as r,
+        ):
+            data = await r.json()
+    assert r.status == status and data["error"]["type"] == kind
+
+
+async def test_metrics_count_requests_tokens_and_errors():
+    async with ScriptedServer(default_reply=reply) as up, service(up) as (_, url):
+        async with aiohttp.ClientSession() as s:
+            await (
+                await s.post(url + "/chat/completions", json={"model": "scripted", "messages": MSG})
+            ).read()
+            await (await s.post(url + "/chat/completions", data=b"{bad")).read()
+            text = await (await s.get(url.removesuffix("/v1") + "/metrics")).text()
+    assert 'rse_fast_requests_total{method="passthrough",status="200"} 1' in text
+    assert 'rse_fast_tokens_total{role="passthrough"}' in text
+    assert 'rse_fast_errors_total{type="invalid_request_error"} 1' in text
+
+
+# -- fuzzing: malformed requests always get a 4xx JSON error, never a 500 ----------------------
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+bodies = st.one_of(
+    st.binary(max_size=200),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries(
+        {
+            "model": st.sampled_from(["rse:", "rse:x", "sc:x", "bogus:x", "", 3]),
+            "messages": st.one_of(json_values, st.just([{"role": "user", "content": "hi"}])),
+        },
+        optional={
+            "k": json_values,
+            "rounds": json_values,
+            "tau": json_values,
+            "budget": json_values,
+            "n": json_values,
+        },
+    ).map(lambda d: json.dumps(d).encode()),
+)
+
+
+@pytest.fixture(scope="module")
+def threaded_service():
+    from conftest import threaded_server
+
+    with threaded_server(faults=lambda i, b: Fault("status", status=400)) as up:
+        loop = asyncio.new_event_loop()
+        svc = Service(ServeConfig([up.base_url]))
+        runner = aiohttp.web.AppRunner(svc.app())
+        loop.run_until_complete(runner.setup())
+        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        import threading
+
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=bodies)
+def test_malformed_requests_get_4xx_json_never_500(threaded_service, body):
+    req = urllib.request.Request(
+        threaded_service + "/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            status, payload = resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        status, payload = err.code, err.read()
+    assert 400 <= status < 500, (status, payload[:200])
+    assert "error" in json.loads(payload)
