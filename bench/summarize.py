@@ -1,0 +1,84 @@
+"""Rewrite the summary table of bench/README.md from bench/results/*.json.
+
+python bench/summarize.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+
+# (file, key, target, how to read the target, what it means)
+ROWS: list[tuple[str, str, str, str]] = [
+    ("dedup_quick", "exact_match", "true", "kernel decisions == naive loop, N=1e5 d=384 B=256"),
+    ("dedup_quick", "speedup_vs_naive", "≥ 10", "vs one mat-vec per candidate"),
+    ("dedup_quick", "speedup_vs_faiss", "≥ 1.5", "vs FAISS IndexFlatIP + same greedy walk"),
+    ("dedup_quick", "fraction_of_sgemm", "≥ 0.8", "achieved GFLOP/s ÷ square sgemm GFLOP/s"),
+    ("dedup_quick", "scan_fraction_of_bandwidth", "≥ 0.7", "B=1 scan at N=1e6 ÷ read bandwidth"),
+    ("encoder_quick", "speedup_vs_fastembed", "≥ 1.2", "mixed lengths, same model.onnx"),
+    ("encoder_quick", "speedup_vs_naive_loop", "–", "one session.run per text"),
+    ("encoder_quick", "cold_start_s", "≤ 1.5", "import + first embedding"),
+    ("client_quick", "speedup_vs_openai_sdk", "≥ 1.5", "requests/s at concurrency 64"),
+    ("client_quick", "us_per_request", "–", "client CPU µs per request at concurrency 64"),
+    ("client_quick", "lost_calls", "0", "fault mix: calls ending in neither result nor error"),
+    ("overhead_quick", "overhead_fraction", "≤ 0.02", "K=32 R=3 L=200 ms, encoder included"),
+    ("overhead_quick", "overhead_fraction_excluding_encoder", "–", "same run, encoder excluded"),
+    ("overhead_quick", "tail_ms_excluding_encoder", "≤ 5", "last distillation → next prompt"),
+    ("overhead_quick", "tail_encoder_ms", "–", "encoder share of that tail"),
+    ("serve", "p50_added_ms", "–", "pass-through, 200 concurrent"),
+    ("serve", "p99_added_ms", "≤ 5", "pass-through, 200 concurrent"),
+    ("serve", "errors", "0", ""),
+    ("serve", "rss_growth_mb", "bounded", "service RSS growth under the load"),
+]
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)
+
+
+def table() -> str:
+    loaded: dict[str, dict[str, Any]] = {}
+    for name in {r[0] for r in ROWS}:
+        path = RESULTS / f"{name}.json"
+        if path.exists():
+            loaded[name] = json.loads(path.read_text())
+    lines = ["| result file | metric | measured | target | meaning |", "|---|---|---|---|---|"]
+    for name, key, target, meaning in ROWS:
+        value = loaded.get(name, {}).get(key, "not run")
+        lines.append(f"| {name}.json | `{key}` | {fmt(value)} | {target} | {meaning} |")
+    machines = {json.dumps(d.get("machine"), sort_keys=True) for d in loaded.values()}
+    for m in machines:
+        info = json.loads(m) or {}
+        lines.append(
+            f"\nMachine: {info.get('cpu')}, {info.get('cores')} cores, "
+            f"{info.get('memory_gib')} GiB, Python {info.get('python')}."
+        )
+    when = sorted(d.get("measured_at", "") for d in loaded.values())
+    if when:
+        lines.append(f"Measured {when[0]} to {when[-1]}.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    readme = HERE / "README.md"
+    text = readme.read_text()
+    block = "<!-- summary:start -->\n" + table() + "\n<!-- summary:end -->"
+    if "<!-- summary:start -->" in text:
+        head, rest = text.split("<!-- summary:start -->", 1)
+        text = head + block + rest.split("<!-- summary:end -->", 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    readme.write_text(text)
+    print(table())
+
+
+if __name__ == "__main__":
+    main()
