@@ -86,43 +86,42 @@ def _config(args: argparse.Namespace, local: bool) -> RSEConfig:
     )
 
 
-async def _solve(args: argparse.Namespace) -> RSEResult:
+async def _connect(
+    args: argparse.Namespace, stack: contextlib.AsyncExitStack, parallel: int, trace: Any = None
+) -> Any:
+    """A client for --base-url (or $OPENAI_BASE_URL), or for the embedded llama-server started
+    here (and stopped with ``stack``) when no server is configured."""
     from rse_fast.client import LLMClient
+
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    model = args.model or os.environ.get("OPENAI_MODEL") or "default"
+    if not base_url:
+        from rse_fast.local import LocalServer
+
+        server = LocalServer(
+            args.local_model, gguf=args.gguf, llama_server=args.llama_server, parallel=parallel
+        )
+        if not args.quiet:
+            print(f"starting local llama-server ({server.model_name})...", file=sys.stderr)
+        await stack.enter_async_context(server)
+        base_url, model = server.base_url, server.model_name
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
+    return await stack.enter_async_context(LLMClient(base_url, model, api_key=api_key, trace=trace))
+
+
+async def _solve(args: argparse.Namespace) -> RSEResult:
     from rse_fast.encoder import Encoder
     from rse_fast.rse import RSE
     from rse_fast.trace import JsonlTrace
 
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
-    cfg = _config(args, local=not base_url)
-    trace = JsonlTrace(args.trace) if args.trace else None
+    cfg = _config(args, local=not (args.base_url or os.environ.get("OPENAI_BASE_URL")))
     async with contextlib.AsyncExitStack() as stack:
+        trace = JsonlTrace(args.trace) if args.trace else None
         if trace is not None:
             stack.callback(trace.close)
-        model = args.model or os.environ.get("OPENAI_MODEL") or "default"
-        if not base_url:  # no server configured: start the embedded one
-            from rse_fast.local import LocalServer
-
-            server = LocalServer(
-                args.local_model,
-                gguf=args.gguf,
-                llama_server=args.llama_server,
-                parallel=cfg.k_for_round(1),
-            )
-            if not args.quiet:
-                print(f"starting local llama-server ({server.model_name})...", file=sys.stderr)
-            await stack.enter_async_context(server)
-            base_url, model = server.base_url, server.model_name
-        client = await stack.enter_async_context(
-            LLMClient(base_url, model, api_key=api_key, trace=trace)
-        )
-        rse = RSE(
-            client,
-            Encoder(),
-            cfg,
-            checkpoint_dir=args.checkpoint,
-            progress=None if args.quiet else _progress_printer(),
-        )
+        client = await _connect(args, stack, cfg.k_for_round(1), trace)
+        progress = None if args.quiet else _progress_printer()
+        rse = RSE(client, Encoder(), cfg, checkpoint_dir=args.checkpoint, progress=progress)
         return await rse.solve(args.problem, gold=args.gold, resume=args.resume)
     raise AssertionError("unreachable")
 
@@ -255,22 +254,10 @@ async def _eval(args: argparse.Namespace) -> dict[str, Any]:
 
     ds = load_dataset(args.dataset, args.limit, args.seed)
     budgets = [int(b) for b in args.budgets.split(",")]
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
     async with contextlib.AsyncExitStack() as stack:
-        model = args.model or os.environ.get("OPENAI_MODEL") or "default"
-        if not base_url:
-            from rse_fast.local import LocalServer
-
-            server = LocalServer(
-                args.local_model,
-                gguf=args.gguf,
-                llama_server=args.llama_server,
-                parallel=args.parallel,
-            )
-            await stack.enter_async_context(server)
-            base_url, model = server.base_url, server.model_name
-        client = await stack.enter_async_context(LLMClient(base_url, model, api_key=api_key))
+        client = await _connect(args, stack, args.parallel)
+        model = client.model
+        api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
         judge_client = None
         if args.judge_url:
             judge_client = await stack.enter_async_context(

@@ -88,3 +88,14 @@ async def test_stepwise_search_sizes_itself_to_a_small_budget(name):
         )
     assert abs(res.budget_error) <= 0.10, res.tokens
     assert res.meta["finished"] >= 1 and res.final.answer is not None
+
+
+async def test_rse_sizes_rounds_and_k_to_the_budget(encoder):
+    async with ScriptedServer(default_reply=reply) as srv, LLMClient(srv.base_url, "m") as c:
+        method = make_method("rse", parallel=4, max_tokens=256, encoder=encoder)
+        small = await method.run(Problem("p", PROBLEM, GOLD), 1500, c)
+        large = await method.run(Problem("p", PROBLEM, GOLD), 6000, c)
+    for res in (small, large):
+        assert abs(res.budget_error) <= 0.10, res.tokens
+        assert res.meta["rounds"] >= 2  # the bank is always used at least once
+    assert len(large.pool) > len(small.pool)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import Any
 
-from rse_fast.answers import answers_equivalent, majority_vote
 from rse_fast.bank import ExperienceBank
 from rse_fast.client import LLMClient
 from rse_fast.encoder import Encoder
 from rse_fast.ledger import Ledger
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend
+from rse_fast.methods.sampling import vote_final
 from rse_fast.rse import RSE
 from rse_fast.rse_types import RSEConfig
 
@@ -36,30 +38,33 @@ class RSEMethod(Method):
         self.encoder = self.encoder or Encoder()
         engine = RSE(c, self.encoder, cfg)
         bank = ExperienceBank(self.encoder.dim)
-        rounds, block, round_cost = [], "", 0.0
+        # Cost of one rollout + its distillation: guessed (prompts + a full-length attempt read
+        # twice), then measured. Aim for at least two rounds so the bank gets used.
+        unit = 2.0 * (c.count_tokens(problem.prompt) + 150) + 2.0 * self.max_tokens
+        units = spend.left / unit
+        planned = max(1, min(self.max_rounds, math.ceil(units / self.k), 2 if units >= 2 else 1))
+        rounds: list[Any] = []
+        block = ""
         for r in range(1, self.max_rounds + 1):
-            if r > 1 and spend.units_left(round_cost) < 1:
+            units = spend.left / unit
+            if r > 1 and units < 0.5:
                 break
+            k_r = max(1, min(self.k, round(units / max(1, planned - r + 1))))
+            engine.config = replace(cfg, k=k_r)
             before = spend.spent
             result, block = await engine.run_round(problem.prompt, r, bank, problem.gold, block)
             rounds.append(result)
-            round_cost = float(spend.spent - before)
+            unit = max(1.0, (spend.spent - before) / k_r)
+            planned = max(planned, r + 1) if spend.left / unit >= 0.5 else r
         pool = [
             Candidate.of(x.text, cost=0, origin=f"rse-round-{rr.round}")
             for rr in rounds
             for x in rr.rollouts
             if x.error is None
         ]
-        vote = majority_vote([p.answer for p in pool])
-        final = next(
-            (
-                p
-                for p in pool
-                if vote.answer is not None and answers_equivalent(p.answer, vote.answer)
-            ),
-            pool[0] if pool else None,
-        )
+        final, votes = vote_final(pool)
         meta = {
+            **votes,
             "rounds": len(rounds),
             "accuracy_per_round": [x.accuracy for x in rounds],
             "answer_per_round": [x.answer for x in rounds],
