@@ -28,6 +28,7 @@ class Candidate:
     answer: str | None = None
     scores: dict[str, float] = field(default_factory=dict)
     cost: int = 0  # tokens spent producing (and scoring) this candidate
+    completion_tokens: int = 0  # of which the generated text itself
     origin: str = "sample"  # sample | refine | fuse | beam | particle | rse-round-N
 
     @classmethod

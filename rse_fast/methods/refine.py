@@ -17,10 +17,10 @@ class Refinement(Method):
         spend = Spend(c.ledger, budget)
         current = await sample(self, c, problem, 0)
         pool = [current]
-        # critique ≈ (P + C) in, C/2 out; revision ≈ (P + 1.5C) in, C out: ≈ 2P + 4C per
-        # round (P, C: the first sample's prompt and completion), until measured.
-        completion = c.count_tokens(current.text)
-        round_cost = 2.0 * (current.cost - completion) + 4.0 * completion
+        # critique reads P + C and writes up to ~C; the revision reads P + 2C and writes C:
+        # ≈ 2P + 5C per round (P, C: the first sample's prompt and completion), until measured.
+        completion = current.completion_tokens
+        round_cost = 2.0 * (current.cost - completion) + 5.0 * completion
         r = 0
         while spend.units_left(round_cost) >= 1:
             r += 1

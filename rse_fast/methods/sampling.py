@@ -25,7 +25,12 @@ async def sample(
         temperature=method.temperature,
         max_tokens=method.max_tokens,
     )
-    return Candidate.of(res.text, cost=res.usage.total_tokens, origin="sample")
+    return Candidate.of(
+        res.text,
+        cost=res.usage.total_tokens,
+        completion_tokens=res.usage.completion_tokens,
+        origin="sample",
+    )
 
 
 def prefix_within(pool: list[Candidate], budget: int) -> list[Candidate]:
@@ -151,7 +156,7 @@ class Fusion(Method):
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
         c = client.with_ledger(Ledger())
         first = await sample(self, c, problem, 0)
-        completion = max(1, c.count_tokens(first.text))
+        completion = max(1, first.completion_tokens)
         prompt = max(1, first.cost - completion)
         # samples cost N·(P + C); the fusion call ≈ P + N·C (candidates in its prompt) + C.
         per_sample = prompt + 2 * completion
