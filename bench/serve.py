@@ -111,7 +111,7 @@ async def run(quick: bool, latency: float, concurrency: int) -> dict[str, Any]:
         "rse-fast service",
     )
     service_url = f"http://127.0.0.1:{svc_port}/v1"
-    per_worker = 5 if quick else 25
+    per_worker = 3 if quick else 20
     try:
         rss_start = rss_mb(service.pid, "VmRSS")
         direct, direct_err = await load(upstream_url, concurrency, per_worker)
@@ -145,7 +145,12 @@ async def run(quick: bool, latency: float, concurrency: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=1.0,
+        help="upstream latency in seconds (an LLM call takes seconds)",
+    )
     parser.add_argument("--concurrency", type=int, default=200)
     args = parser.parse_args()
     t0 = time.perf_counter()
