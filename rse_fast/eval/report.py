@@ -132,7 +132,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     ax.set_xscale("log")
     ax.set_xlabel("tokens per problem (prompt + completion, all roles)")
     ax.set_ylabel("quality")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
