@@ -66,3 +66,18 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     }
     path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
     return path
+
+
+def replace_readme_block(name: str, body: str, heading: str) -> None:
+    """Put ``body`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in bench/README.md
+    (appended under ``heading`` the first time)."""
+    readme = Path(__file__).parent / "README.md"
+    text = readme.read_text() if readme.exists() else "# Benchmarks\n"
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{body}\n{end}"
+    if start in text:
+        head, rest = text.split(start, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + f"\n\n{heading}\n\n{block}\n"
+    readme.write_text(text)

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from rse_fast import kernels
 
-from common import best_time, machine, write_result
+from common import best_time, machine, replace_readme_block, write_result
 
 TAU = 0.85
 
@@ -261,7 +261,6 @@ def _row(c: dict[str, Any]) -> str:
 def write_table(payload: dict[str, Any]) -> None:
     m = machine()
     lines = [
-        "<!-- dedup:start -->",
         f"Dedup kernel, full grid (τ={payload['tau']}), on {m['cpu']}, {m['cores']} cores: "
         f"sgemm {payload['sgemm_gflops']:.0f} GFLOP/s, read bandwidth "
         f"{payload['read_bandwidth_gbs']:.1f} GB/s, measured in the same run.",
@@ -272,17 +271,8 @@ def write_table(payload: dict[str, Any]) -> None:
         "",
         "Naive times at N=1e6 are extrapolated from the first 16 candidates (one full mat-vec "
         "each, so the cost per candidate is flat).",
-        "<!-- dedup:end -->",
     ]
-    readme = Path(__file__).parent / "README.md"
-    text = readme.read_text() if readme.exists() else "# Benchmarks\n"
-    block = "\n".join(lines)
-    if "<!-- dedup:start -->" in text:
-        head, rest = text.split("<!-- dedup:start -->", 1)
-        text = head + block + rest.split("<!-- dedup:end -->", 1)[1]
-    else:
-        text = text.rstrip() + "\n\n## Dedup kernel\n\n" + block + "\n"
-    readme.write_text(text)
+    replace_readme_block("dedup", "\n".join(lines), "## Dedup kernel, full grid")
 
 
 def main() -> None:

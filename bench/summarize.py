@@ -6,11 +6,14 @@ python bench/summarize.py
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+from common import replace_readme_block  # noqa: E402
 
 # (file, key, target, how to read the target, what it means)
 ROWS: list[tuple[str, str, str, str]] = [
@@ -68,16 +71,9 @@ def table() -> str:
 
 
 def main() -> None:
-    readme = HERE / "README.md"
-    text = readme.read_text()
-    block = "<!-- summary:start -->\n" + table() + "\n<!-- summary:end -->"
-    if "<!-- summary:start -->" in text:
-        head, rest = text.split("<!-- summary:start -->", 1)
-        text = head + block + rest.split("<!-- summary:end -->", 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    readme.write_text(text)
-    print(table())
+    summary = table()
+    replace_readme_block("summary", summary, "## Summary")
+    print(summary)
 
 
 if __name__ == "__main__":
