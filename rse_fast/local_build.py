@@ -120,7 +120,10 @@ def fetch_source(version: str, log: Log) -> Path:
         members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
         for m in members:
             m.name = m.name[len(prefix) :]
-        tar.extractall(partial, members=members, filter="data")
+        try:
+            tar.extractall(partial, members=members, filter="data")
+        except TypeError:  # Python without extraction filters (< 3.10.12 / 3.11.4)
+            tar.extractall(partial, members=members)
     os.replace(partial, tree)
     return tree
 
