@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+#: sha256 of each pinned sdist: the source we compile is checked like the models we run.
+SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
@@ -113,6 +115,15 @@ def fetch_source(version: str, log: Log) -> Path:
             ],
             log,
         )
+    expected = SDIST_SHA256.get(version)
+    if expected is not None:
+        digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+        if digest != expected:
+            sdist.unlink()
+            raise BuildError(
+                f"{sdist.name}: sha256 {digest}, expected {expected}; removed it, "
+                "run setup again to download it anew"
+            )
     prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
     partial = tree.with_name(tree.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

@@ -82,3 +82,15 @@ async def test_server_is_stopped_even_when_the_body_fails(installed):
             raise RuntimeError("boom")
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_tampered_llama_cpp_sdist_is_refused(tmp_path, monkeypatch):
+    from rse_fast import local_build
+
+    monkeypatch.setenv("RSE_FAST_CACHE", str(tmp_path))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "llama_cpp_python-0.3.36.tar.gz").write_bytes(b"not the real sdist")
+    with pytest.raises(local_build.BuildError, match="sha256"):
+        local_build.fetch_source("0.3.36", log=lambda line: None)
+    assert not (src / "llama_cpp_python-0.3.36.tar.gz").exists()
