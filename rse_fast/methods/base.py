@@ -75,6 +75,16 @@ class Problem:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def best_index(scores: list[float]) -> int | None:
+    """Index of the highest score (NaN counts as lowest), ties to the earliest; None if empty."""
+    if not scores:
+        return None
+    return max(
+        range(len(scores)),
+        key=lambda k: (scores[k] if scores[k] == scores[k] else float("-inf"), -k),
+    )
+
+
 class Spend:
     """Budget bookkeeping on a method's private ledger."""
 

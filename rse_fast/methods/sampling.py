@@ -9,7 +9,15 @@ from typing import Any
 from rse_fast.answers import answers_equivalent, majority_vote
 from rse_fast.client import LLMClient
 from rse_fast.ledger import Ledger
-from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, in_waves
+from rse_fast.methods.base import (
+    Candidate,
+    Method,
+    MethodResult,
+    Problem,
+    Spend,
+    best_index,
+    in_waves,
+)
 from rse_fast.methods.judge import LLMJudge
 from rse_fast.prompts import fusion_messages, solve_messages
 
@@ -124,11 +132,7 @@ class BestOfN(Method):
         return self._select(pool, budget, c.ledger)
 
     def _select(self, pool: list[Candidate], budget: int, ledger: Ledger) -> MethodResult:
-        def key(k: int) -> tuple[float, int]:
-            s = pool[k].scores.get("judge", float("nan"))
-            return (s if s == s else float("-inf"), -k)
-
-        best = max(range(len(pool)), key=key) if pool else None
+        best = best_index([p.scores.get("judge", float("nan")) for p in pool])
         garbage = sum(1 for p in pool if p.scores.get("judge") != p.scores.get("judge"))
         return MethodResult(
             self.name,

@@ -16,7 +16,7 @@ from typing import Any
 from rse_fast.answers import extract_boxed
 from rse_fast.client import LLMClient
 from rse_fast.ledger import Ledger
-from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend
+from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, best_index
 from rse_fast.methods.judge import LLMJudge
 from rse_fast.prompts import next_step_messages
 
@@ -132,7 +132,7 @@ class _Stepwise(Method):
             Candidate.of(p.text, scores={"judge": p.score}, cost=p.cost, origin=self.name)
             for p in paths
         ]
-        best = max(range(len(pool)), key=lambda k: (paths[k].score, -k)) if pool else None
+        best = best_index([p.score for p in paths])
         return MethodResult(
             self.name,
             budget,
