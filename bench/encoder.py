@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from rse_fast.encoder import Encoder
 from rse_fast.kernels import available_cores
-from rse_fast.models_registry import resolve_encoder
+from rse_fast.registry import resolve_encoder
 
 from common import best_time, write_result
 

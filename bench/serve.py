@@ -22,7 +22,7 @@ import aiohttp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rse_fast.local import free_port
+from rse_fast.local.server import free_port
 
 from common import write_result
 

@@ -9,9 +9,11 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rse_fast.rse_types import RSEConfig, RSEResult
+if TYPE_CHECKING:
+    from rse_fast.rse.config import RSEConfig
+    from rse_fast.rse.results import RSEResult
 
 
 def _progress_printer(stream: Any = None):
@@ -69,6 +71,8 @@ LOCAL_DEFAULTS = {"rounds": 3, "k": "4", "max_tokens": 1024}
 
 
 def _config(args: argparse.Namespace, local: bool) -> RSEConfig:
+    from rse_fast.rse.config import RSEConfig
+
     for key, value in (LOCAL_DEFAULTS if local else REMOTE_DEFAULTS).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -91,12 +95,12 @@ async def _connect(
 ) -> Any:
     """A client for --base-url (or $OPENAI_BASE_URL), or for the embedded llama-server started
     here (and stopped with ``stack``) when no server is configured."""
-    from rse_fast.client import LLMClient
+    from rse_fast.llm.client import LLMClient
 
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
     model = args.model or os.environ.get("OPENAI_MODEL") or "default"
     if not base_url:
-        from rse_fast.local import LocalServer
+        from rse_fast.local.server import LocalServer
 
         server = LocalServer(
             args.local_model, gguf=args.gguf, llama_server=args.llama_server, parallel=parallel
@@ -111,8 +115,8 @@ async def _connect(
 
 async def _solve(args: argparse.Namespace) -> RSEResult:
     from rse_fast.encoder import Encoder
-    from rse_fast.rse import RSE
-    from rse_fast.trace import JsonlTrace
+    from rse_fast.rse.engine import RSE
+    from rse_fast.llm.trace import JsonlTrace
 
     cfg = _config(args, local=not (args.base_url or os.environ.get("OPENAI_BASE_URL")))
     async with contextlib.AsyncExitStack() as stack:
@@ -189,16 +193,17 @@ def add_local_parser(sub: Any) -> None:
 def _local(args: argparse.Namespace) -> int:
     import time
 
-    from rse_fast.local import LocalServer, serve_forever, setup
-    from rse_fast.local_build import build_server
-    from rse_fast.local_models import catalogue, fetch_model
+    from rse_fast.local.server import LocalServer, serve_forever, setup
+    from rse_fast.local.build import build_server
+    from rse_fast.local.models import fetch_model
+    from rse_fast.registry import default_llm
 
     if args.local_command == "setup":
         t0 = time.perf_counter()
         if args.llama_server and args.gguf:
             print("nothing to set up: both --llama-server and --gguf were given")
         elif args.llama_server:
-            print(f"model ready: {fetch_model(args.local_model or catalogue()['default'])}")
+            print(f"model ready: {fetch_model(args.local_model or default_llm())}")
         elif args.gguf:
             print(f"llama-server ready: {build_server()}")
         else:
@@ -245,7 +250,7 @@ def add_eval_parser(sub: Any) -> None:
 async def _eval(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from rse_fast.client import LLMClient
+    from rse_fast.llm.client import LLMClient
     from rse_fast.encoder import Encoder
     from rse_fast.eval.datasets import load_dataset
     from rse_fast.eval.report import write_report
@@ -303,7 +308,7 @@ def add_serve_parser(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rse_fast.serve import ServeConfig, serve
+    from rse_fast.serve.app import ServeConfig, serve
 
     config = ServeConfig(
         upstreams=args.upstream,

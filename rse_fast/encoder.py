@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rse_fast.models_registry import DEFAULT_ENCODER, EncoderModel, resolve_encoder
+from rse_fast.registry import DEFAULT_ENCODER, EncoderModel, resolve_encoder
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -76,10 +76,9 @@ class Encoder:
         from tokenizers import Tokenizer
 
         self.model: EncoderModel = resolve_encoder(model)
-        manifest = self.model.manifest
+        spec = self.model.spec
         self.dim = self.model.dim
-        limit = int(manifest.get("model_max_length", 512))
-        self.max_length = min(int(max_length or manifest.get("max_length", 128)), limit)
+        self.max_length = min(int(max_length or spec.max_length), spec.model_max_length)
         self.batch_tokens = max(batch_tokens, self.max_length)
         self._tokenizer = Tokenizer.from_file(str(self.model.tokenizer_path))
         self._tokenizer.no_padding()
@@ -87,7 +86,7 @@ class Encoder:
         self._session = _make_session(self.model.onnx_path, providers, threads)
         self.providers: list[str] = list(self._session.get_providers())
         self._input_names = {i.name for i in self._session.get_inputs()}
-        self._output = str(manifest.get("output", "last_hidden_state"))
+        self._output = spec.output
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.cache_size = cache_size
         self.cache_hits = 0

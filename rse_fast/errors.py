@@ -1,6 +1,14 @@
-"""The project's typed exceptions, in one place so callers can catch by family."""
+"""Every exception rse_fast raises on purpose, all under :class:`RSEFastError`.
+
+Callers catch by family: ``LLMError`` for a call that ended without a result, ``ValueError``
+subclasses for bad input, ``ServiceError`` for what the service answers as an HTTP error.
+This module imports nothing of the project, so every layer can use it.
+"""
 
 from __future__ import annotations
+
+import json
+import re
 
 
 class RSEFastError(Exception):
@@ -25,7 +33,8 @@ class RoundFailedError(RSEFastError, RuntimeError):
 
 
 class LLMError(RSEFastError):
-    """An LLM call ended without a result. Carries the endpoint, HTTP status and a body excerpt."""
+    """An LLM call ended without a result. Carries the endpoint, HTTP status, a body excerpt,
+    the attempts made and, when the server said, how long to wait (``retry_after``, seconds)."""
 
     retryable = False
 
@@ -37,8 +46,10 @@ class LLMError(RSEFastError):
         status: int | None = None,
         body: str | None = None,
         attempts: int = 1,
+        retry_after: float | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.retry_after = retry_after
         self.status = status
         self.body = body[:500] if body else body
         self.attempts = attempts
@@ -81,35 +92,74 @@ class LLMRateLimitError(LLMHTTPError):
 
     retryable = True
 
-    def __init__(self, message: str, *, retry_after: float | None = None, **kw: object) -> None:
-        self.retry_after = retry_after
-        super().__init__(message, **kw)  # type: ignore[arg-type]
-
 
 class LLMServerError(LLMHTTPError):
     """5xx, 408 or 409: a transient server-side failure."""
 
     retryable = True
 
-    def __init__(self, message: str, *, retry_after: float | None = None, **kw: object) -> None:
-        self.retry_after = retry_after
-        super().__init__(message, **kw)  # type: ignore[arg-type]
-
 
 class LLMBadRequestError(LLMHTTPError):
     """Another 4xx (bad request, auth, not found): retrying would not help."""
 
+    def concerns(self, *fields: str) -> bool:
+        """Whether the server's error is about one of these request fields: its OpenAI-style
+        ``param`` names one, or its message names one as a word (``'n' must be 1``)."""
+        text = self.body or ""
+        try:
+            error = json.loads(text).get("error")
+        except (ValueError, AttributeError):
+            error = None
+        if isinstance(error, dict):
+            if error.get("param") in fields:
+                return True
+            text = str(error.get("message") or "")
+        return any(re.search(rf"(?<![\w.-]){re.escape(f)}(?![\w-])", text) for f in fields)
 
-def http_error(status: int, body: str, endpoint: str, retry_after: float | None) -> LLMError:
-    """The typed error for an HTTP error status (retry rules: see ``retry.py``)."""
-    from rse_fast.retry import is_retryable_status
 
-    if status == 429:
-        return LLMRateLimitError(
-            "rate limited", retry_after=retry_after, endpoint=endpoint, status=status, body=body
-        )
-    if is_retryable_status(status):
-        return LLMServerError(
-            "server error", retry_after=retry_after, endpoint=endpoint, status=status, body=body
-        )
-    return LLMBadRequestError("request rejected", endpoint=endpoint, status=status, body=body)
+class UnknownOptionError(RSEFastError, ValueError, TypeError):
+    """An option name a method or a configuration does not know; the message lists the valid
+    ones. A ``TypeError`` too, as Python raises for an unexpected keyword argument."""
+
+    def __init__(self, owner: str, unknown: list[str], valid: list[str]) -> None:
+        self.owner, self.unknown, self.valid = owner, unknown, valid
+        names = ", ".join(repr(u) for u in unknown)
+        super().__init__(f"{owner}: unknown option {names}; valid options: {', '.join(valid)}")
+
+
+class BuildError(RSEFastError, RuntimeError):
+    """The toolchain is missing or the llama-server build failed; the message says what to do."""
+
+
+class LocalServerError(RSEFastError, RuntimeError):
+    """llama-server is missing, exited, or did not become healthy in time."""
+
+
+class ServiceError(RSEFastError):
+    """An error the OpenAI-compatible service answers as ``{"error": {...}}`` with a status.
+
+    ``kind`` is the OpenAI error ``type``; ``code`` a short string or None; ``param`` the
+    request field at fault, when there is one.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+        self.headers = headers or {}
+        self.code, self.param = code, param
+
+
+class RequestError(ServiceError, ValueError):
+    """A malformed or disallowed method request (answered 400, naming the field)."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(400, message, "invalid_request_error", param=param)

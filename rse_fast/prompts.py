@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rse_fast.chat_types import Message
+from rse_fast.llm.types import Message
 
 SOLVE_SYSTEM = (
     "You are a careful problem solver. Reason step by step, check your work, and end with the "

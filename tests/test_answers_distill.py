@@ -12,7 +12,7 @@ from rse_fast.answers import (
     majority_vote,
     normalize_answer,
 )
-from rse_fast.distill import clean_statement, parse_distillation
+from rse_fast.rse.distill import clean_statement, parse_distillation
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rse_fast.bank import Experience, ExperienceBank
+from rse_fast.rse.bank import Experience, ExperienceBank
 from rse_fast.prompts import PITFALLS_HEADER, PROPOSITIONS_HEADER
 
 TAU = {"positive": 0.9, "negative": 0.9}
@@ -17,7 +17,7 @@ def unit(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:
 
 
 def exp(text: str, kind: str, rollout: int = 0, position: int = 0) -> Experience:
-    return Experience(text, kind, 1, rollout, position)
+    return Experience(text=text, kind=kind, round=1, rollout=rollout, position=position)
 
 
 def test_add_dedups_per_kind_and_explains():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rse_fast import kernels
-from rse_fast.index import normalize_rows
+from rse_fast.rse.index import normalize_rows
 
 N, D = 10_000, 384
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from conftest import threaded_server
-from scripted_model import GOLD, PROBLEM, reply
+from fakes.scripted_model import GOLD, PROBLEM, reply
 
 from rse_fast import cli
 

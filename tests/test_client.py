@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rse_fast.client import LLMClient, Timeouts
+from rse_fast.llm.client import LLMClient, Timeouts
 from rse_fast.errors import (
     LLMBadRequestError,
     LLMConnectionError,
@@ -16,8 +16,8 @@ from rse_fast.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
-from rse_fast.retry import RetryPolicy, parse_retry_after
-from rse_fast.routing import Endpoint
+from rse_fast.llm.retry import RetryPolicy, parse_retry_after
+from rse_fast.llm.routing import Endpoint
 from rse_fast.testing import Fault, Rule, ScriptedServer
 
 FAST_RETRY = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.02)
@@ -64,12 +64,29 @@ async def test_server_ignoring_n_falls_back_to_single_requests_and_remembers():
 
 async def test_server_rejecting_n_falls_back():
     def reject_n(i, body):
-        return Fault("status", status=400) if body.get("n", 1) > 1 else None
+        too_many = body.get("n", 1) > 1
+        return Fault("status", status=400, message="n must be 1", param="n") if too_many else None
 
     async with ScriptedServer(default_reply=seeded_reply, faults=reject_n) as srv:
         async with LLMClient(srv.base_url, "m") as client:
             res = await client.chat(MSG, n=3, seed=0)
-    assert len(res.choices) == 3 and len(srv.requests) == 4
+            again = await client.chat(MSG, n=2, seed=5)  # remembered: no second n > 1 try
+    assert len(res.choices) == 3 and len(again.choices) == 2 and len(srv.requests) == 4 + 2
+
+
+async def test_other_400_on_n_call_is_the_callers_error_raised_once():
+    long = "This model's maximum context length is 2048 tokens; your request has 9000."
+
+    def too_long(i, body):
+        return Fault("status", status=400, message=long) if i == 0 else None
+
+    async with ScriptedServer(default_reply=seeded_reply, faults=too_long) as srv:
+        async with LLMClient(srv.base_url, "m") as client:
+            with pytest.raises(LLMBadRequestError, match="maximum context length"):
+                await client.chat(MSG, n=3, seed=0)
+            assert len(srv.requests) == 1  # no fan-out, no retry
+            res = await client.chat(MSG, n=3, seed=0)  # n still used natively afterwards
+    assert len(res.choices) == 3 and len(srv.requests) == 2
 
 
 async def test_usage_counting_one_choice_is_corrected():
@@ -209,7 +226,7 @@ async def test_cancellation_leaks_no_connection_or_slot():
         await asyncio.gather(*tasks, return_exceptions=True)
         state = client.pool.states[0]
         assert state.outstanding == 0 and state.semaphore._value == 4
-        assert len(client._session.connector._acquired) == 0
+        assert len(client.transport.session().connector._acquired) == 0
         await client.close()
 
 

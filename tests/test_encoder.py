@@ -11,7 +11,7 @@ import pytest
 
 from rse_fast.encoder import Encoder
 from rse_fast.errors import IntegrityError, ModelNotFoundError
-from rse_fast.models_registry import resolve_encoder
+from rse_fast.registry import resolve_encoder
 
 PARAPHRASES = [
     ("The derivative of x squared is 2x.", "Differentiating x^2 gives two times x."),

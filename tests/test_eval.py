@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from scripted_tts import reply
+from fakes.scripted_tts import reply
 
-from rse_fast.client import LLMClient
+from rse_fast.llm.client import LLMClient
 from rse_fast.eval.datasets import load_dataset, run_humaneval
 from rse_fast.eval.metrics import (
     mean_pairwise_cosine,

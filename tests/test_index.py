@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rse_fast import kernels
-from rse_fast.index import SimilarityIndex, normalize_rows
+from rse_fast.rse.index import SimilarityIndex, normalize_rows
 
-from reference import reference_decisions
+from fakes.reference import reference_decisions
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

@@ -8,13 +8,13 @@ import os
 
 import pytest
 
-from rse_fast.client import LLMClient
+from rse_fast.llm.client import LLMClient
 from rse_fast.encoder import Encoder
 from rse_fast.errors import ModelNotFoundError
-from rse_fast.local import LocalServer, LocalServerError, setup
-from rse_fast.local_models import resolve_gguf
-from rse_fast.rse import RSE
-from rse_fast.rse_types import RSEConfig
+from rse_fast.local.server import LocalServer, LocalServerError, setup
+from rse_fast.local.models import resolve_gguf
+from rse_fast.rse.engine import RSE
+from rse_fast.rse.config import RSEConfig
 
 MODEL = "smollm2-135m"
 MSG = [{"role": "user", "content": "Name three colours."}]
@@ -85,7 +85,7 @@ async def test_server_is_stopped_even_when_the_body_fails(installed):
 
 
 def test_a_tampered_llama_cpp_sdist_is_refused(tmp_path, monkeypatch):
-    from rse_fast import local_build
+    from rse_fast.local import build as local_build
 
     monkeypatch.setenv("RSE_FAST_CACHE", str(tmp_path))
     src = tmp_path / "src"

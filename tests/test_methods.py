@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from scripted_tts import GOLD, PROBLEM, reply
+from fakes.scripted_tts import GOLD, PROBLEM, reply
 
-from rse_fast.client import LLMClient
+from rse_fast.llm.client import LLMClient
 from rse_fast.encoder import Encoder
 from rse_fast.methods import METHODS, Problem, make_method
 from rse_fast.methods.judge import parse_score

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from conftest import threaded_server
-from scripted_model import (
+from fakes.scripted_model import (
     FACT,
     GOLD,
     PITFALL,
@@ -18,12 +18,12 @@ from scripted_model import (
     rollout_index,
 )
 
-from rse_fast.client import LLMClient
+from rse_fast.llm.client import LLMClient
 from rse_fast.encoder import Encoder
 from rse_fast.errors import RoundFailedError
-from rse_fast.retry import RetryPolicy
-from rse_fast.rse import RSE
-from rse_fast.rse_types import RSEConfig
+from rse_fast.llm.retry import RetryPolicy
+from rse_fast.rse.engine import RSE
+from rse_fast.rse.config import RSEConfig
 from rse_fast.testing import Fault, ScriptedServer
 
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.001, max_delay_s=0.002)
@@ -163,7 +163,8 @@ async def test_a_round_where_every_call_fails_raises(encoder):
 
 async def test_server_rejecting_json_schema_falls_back_to_tolerant_parsing(encoder):
     def reject_schema(i, body):
-        return Fault("status", status=400) if body.get("response_format") else None
+        refuse = Fault("status", status=400, message="response_format is not supported")
+        return refuse if body.get("response_format") else None
 
     def prose_json(body, index):
         if is_distill(body):

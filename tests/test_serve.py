@@ -13,9 +13,10 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scripted_model import GOLD, PROBLEM, reply
+from fakes.scripted_model import GOLD, PROBLEM, reply
 
-from rse_fast.serve import ServeConfig, Service
+from rse_fast.llm import RetryPolicy
+from rse_fast.serve.app import ServeConfig, Service
 from rse_fast.testing import Fault, ScriptedServer
 
 
@@ -142,7 +143,7 @@ async def test_auth_size_and_concurrency_limits(tmp_path):
 )
 async def test_upstream_faults_become_typed_errors(fault, status, kind):
     async with ScriptedServer(faults=lambda i, b: fault) as up, service(up) as (svc, url):
-        svc.client.retry = svc.client.retry.__class__(max_attempts=2, base_delay_s=0.001)
+        svc.client.transport.retry = RetryPolicy(max_attempts=2, base_delay_s=0.001)
         async with (
             aiohttp.ClientSession() as s,
             s.post(url + "/chat/completions", json={"model": "scripted", "messages": MSG}) as r,

@@ -1,1 +1,23 @@
 """Compute-normalised evaluation of TTS methods: datasets, runner, metrics, report."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rse_fast.lazy import attach
+
+_LAZY = {
+    "load_dataset": "rse_fast.eval.datasets",
+    "Dataset": "rse_fast.eval.datasets",
+    "EvalPlan": "rse_fast.eval.runner",
+    "run_eval": "rse_fast.eval.runner",
+    "write_report": "rse_fast.eval.report",
+}
+__all__ = ["Dataset", "EvalPlan", "load_dataset", "run_eval", "write_report"]
+
+if TYPE_CHECKING:
+    from rse_fast.eval.datasets import Dataset, load_dataset
+    from rse_fast.eval.report import write_report
+    from rse_fast.eval.runner import EvalPlan, run_eval
+
+__getattr__, __dir__ = attach(__name__, _LAZY, globals())

@@ -1,42 +1,38 @@
-"""The TTS families behind one interface (see ``base.Method``)."""
+"""The TTS families behind one interface (:class:`~rse_fast.methods.base.Method`):
+``make_method(name, **options)`` builds one by name."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from rse_fast.methods.base import Candidate, Method, MethodResult, Problem
-from rse_fast.methods.judge import HTTPRewardModel, LLMJudge
-from rse_fast.methods.refine import Refinement
-from rse_fast.methods.rse_method import RSEMethod
-from rse_fast.methods.sampling import BestOfN, Fusion, SelfConsistency
-from rse_fast.methods.stepwise import BeamSearch, ParticleFilter
+from rse_fast.lazy import attach
 
-METHODS: dict[str, type[Method]] = {
-    m.name: m
-    for m in (SelfConsistency, BestOfN, BeamSearch, ParticleFilter, Refinement, Fusion, RSEMethod)
+_LAZY = {
+    "METHODS": "rse_fast.methods.catalog",
+    "make_method": "rse_fast.methods.catalog",
+    "Method": "rse_fast.methods.base",
+    "MethodResult": "rse_fast.methods.base",
+    "Problem": "rse_fast.methods.base",
+    "Candidate": "rse_fast.methods.base",
+    "LLMJudge": "rse_fast.methods.judge",
+    "HTTPRewardModel": "rse_fast.methods.judge",
+    "SelfConsistency": "rse_fast.methods.sampling",
+    "BestOfN": "rse_fast.methods.sampling",
+    "Fusion": "rse_fast.methods.sampling",
+    "BeamSearch": "rse_fast.methods.stepwise",
+    "ParticleFilter": "rse_fast.methods.stepwise",
+    "Refinement": "rse_fast.methods.refine",
+    "RSEMethod": "rse_fast.methods.rse_method",
 }
+__all__ = ["BeamSearch", "BestOfN", "Candidate", "Fusion", "HTTPRewardModel", "LLMJudge", "METHODS", "Method", "MethodResult", "ParticleFilter", "Problem", "RSEMethod", "Refinement", "SelfConsistency", "make_method"]
 
+if TYPE_CHECKING:
+    from rse_fast.methods.base import Candidate, Method, MethodResult, Problem
+    from rse_fast.methods.catalog import METHODS, make_method
+    from rse_fast.methods.judge import HTTPRewardModel, LLMJudge
+    from rse_fast.methods.refine import Refinement
+    from rse_fast.methods.rse_method import RSEMethod
+    from rse_fast.methods.sampling import BestOfN, Fusion, SelfConsistency
+    from rse_fast.methods.stepwise import BeamSearch, ParticleFilter
 
-def make_method(name: str, **options: Any) -> Method:
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
-    return METHODS[name](**options)
-
-
-__all__ = [
-    "METHODS",
-    "BeamSearch",
-    "BestOfN",
-    "Candidate",
-    "Fusion",
-    "HTTPRewardModel",
-    "LLMJudge",
-    "Method",
-    "MethodResult",
-    "ParticleFilter",
-    "Problem",
-    "RSEMethod",
-    "Refinement",
-    "SelfConsistency",
-    "make_method",
-]
+__getattr__, __dir__ = attach(__name__, _LAZY, globals())

@@ -8,14 +8,16 @@ first calls so that the total lands near the budget.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from rse_fast.answers import extract_answer
-from rse_fast.client import LLMClient
-from rse_fast.ledger import Ledger
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.ledger import Ledger
+from rse_fast.options import keyword_names, reject_unknown
 
 T = TypeVar("T")
 
@@ -130,10 +132,21 @@ async def in_waves(
         cost = max(1.0, (spend.spent - before) / wave)
 
 
-class Method:
-    """Base class: subclasses set ``name`` and implement ``run``."""
+class Method(abc.ABC):
+    """A TTS family: ``await method.run(problem, budget, client) -> MethodResult``.
+
+    Args (common to every family; subclasses add their own keyword options):
+        parallel: calls in flight at once.
+        max_tokens: completion tokens per generation call.
+        temperature: sampling temperature of generation calls.
+        seed: base seed; call ``i`` uses ``seed + i`` so runs repeat.
+
+    An option no family in the class's MRO takes raises ``UnknownOptionError`` (a
+    ``ValueError``) naming it and the valid ones.
+    """
 
     name = "method"
+    subsamples = False  # True: a run at the largest budget can be cut to smaller ones
 
     def __init__(
         self,
@@ -142,15 +155,20 @@ class Method:
         max_tokens: int = 1024,
         temperature: float = 0.7,
         seed: int = 0,
-        **options: Any,
+        **unknown: Any,
     ) -> None:
+        reject_unknown(f"method {self.name!r}", unknown, keyword_names(type(self)))
         self.parallel, self.max_tokens, self.temperature, self.seed = (
             parallel,
             max_tokens,
             temperature,
             seed,
         )
-        self.options = options
 
+    @abc.abstractmethod
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        raise NotImplementedError
+        """Spend about ``budget`` tokens (every call, every role) on ``problem``."""
+
+    def subsample(self, full: MethodResult, budget: int) -> MethodResult:
+        """The result this method would have had at a smaller ``budget`` (``subsamples``)."""
+        raise NotImplementedError(f"method {self.name!r} cannot be subsampled")

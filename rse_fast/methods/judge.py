@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from rse_fast.chat_types import Usage
-from rse_fast.client import LLMClient
-from rse_fast.errors import LLMBadRequestError, LLMError
+from rse_fast.llm.types import Usage
+from rse_fast.llm.client import LLMClient
+from rse_fast.errors import LLMError
 from rse_fast.prompts import JUDGE_SCHEMA, judge_messages, rubric_messages
 
 _SCORE = re.compile(r'"?score"?\s*[:=]\s*(\d+(?:\.\d+)?)', re.IGNORECASE)
@@ -66,14 +66,11 @@ class LLMJudge:
             role="judge", task=task, temperature=0.0, max_tokens=self.max_tokens, seed=seed
         )
         try:
-            if self.use_schema:
-                try:
-                    reply = await judge.chat(messages, response_format=JUDGE_SCHEMA, **params)
-                except LLMBadRequestError:
-                    self.use_schema = False
-                    reply = await judge.chat(messages, **params)
-            else:
-                reply = await judge.chat(messages, **params)
+            reply = await (
+                judge.chat_json(messages, JUDGE_SCHEMA, **params)
+                if self.use_schema
+                else judge.chat(messages, **params)
+            )
         except LLMError:
             self.garbage += 1
             return None

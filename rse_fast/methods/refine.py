@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rse_fast.client import LLMClient
-from rse_fast.ledger import Ledger
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend
 from rse_fast.methods.sampling import sample
 from rse_fast.prompts import critique_messages, revise_messages

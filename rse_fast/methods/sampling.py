@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from rse_fast.answers import answers_equivalent, majority_vote
-from rse_fast.client import LLMClient
-from rse_fast.ledger import Ledger
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import (
     Candidate,
     Method,

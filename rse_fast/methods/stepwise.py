@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rse_fast.answers import extract_boxed
-from rse_fast.client import LLMClient
-from rse_fast.ledger import Ledger
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, best_index
 from rse_fast.methods.judge import LLMJudge
 from rse_fast.prompts import next_step_messages

@@ -1,5 +1,21 @@
-"""Test fixtures shipped with the package (a scripted OpenAI-compatible server)."""
+"""Test fixtures shipped with the package (a scripted OpenAI-compatible server); never a
+product model."""
 
-from rse_fast.testing.server import Fault, Rule, ScriptedServer, fault_mix
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from rse_fast.lazy import attach
+
+_LAZY = {
+    "ScriptedServer": "rse_fast.testing.server",
+    "Rule": "rse_fast.testing.server",
+    "Fault": "rse_fast.testing.server",
+    "fault_mix": "rse_fast.testing.server",
+}
 __all__ = ["Fault", "Rule", "ScriptedServer", "fault_mix"]
+
+if TYPE_CHECKING:
+    from rse_fast.testing.server import Fault, Rule, ScriptedServer, fault_mix
+
+__getattr__, __dir__ = attach(__name__, _LAZY, globals())

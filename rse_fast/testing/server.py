@@ -40,10 +40,26 @@ class Rule:
 
 @dataclass(frozen=True)
 class Fault:
+    """One injected fault. ``status`` faults answer the OpenAI error shape
+    ``{"error": {"message", "type", "param", "code"}}``, with ``message`` and ``param`` as
+    given (a real server names the field it rejects, e.g. ``param="n"``)."""
+
     kind: FaultKind
     status: int = 500
     retry_after: float | None = None
     delay_s: float = 0.0
+    message: str | None = None
+    param: str | None = None
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """The error object vLLM/SGLang send: type by status class, ``code`` a string or null."""
+    kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
+    if status == 401:
+        kind = "authentication_error"
+    elif status == 429:
+        kind = "rate_limit_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": str(status)}}
 
 
 FaultPlan = Callable[[int, dict[str, Any]], "Fault | None"]
@@ -182,10 +198,9 @@ class ScriptedServer:
             headers = {}
             if fault.retry_after is not None:
                 headers["Retry-After"] = f"{fault.retry_after:g}"
+            message = fault.message or f"injected {fault.status}"
             return web.json_response(
-                {"error": {"message": f"injected {fault.status}", "type": "server_error"}},
-                status=fault.status,
-                headers=headers,
+                error_body(fault.status, message, fault.param), status=fault.status, headers=headers
             )
         if fault is not None and fault.kind == "reset":
             if request.transport is not None:

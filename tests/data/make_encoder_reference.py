@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from rse_fast.models_registry import resolve_encoder
+from rse_fast.registry import resolve_encoder
 
 TEXTS = [
     "The derivative of x squared is two x.",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rse_fast.chat_types import Message, Usage
+from rse_fast.llm.types import Message, Usage
 
 TokenCounter = Callable[[str], int]
 

@@ -12,23 +12,21 @@ import socket
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 
-from rse_fast.errors import RSEFastError
-from rse_fast.local_build import build_server, cache_dir, server_path
-from rse_fast.local_models import catalogue, fetch_model, model_spec, resolve_gguf
+from rse_fast.errors import LocalServerError
+from rse_fast.local.build import build_server, server_path
+from rse_fast.local.models import fetch_model, resolve_gguf
+from rse_fast.registry import cache_dir, default_llm, llm_spec
 
 
-class LocalServerError(RSEFastError, RuntimeError):
-    """llama-server is missing, exited, or did not become healthy in time."""
-
-
-def setup(model: str | None = None, log=print) -> tuple[Path, Path]:
+def setup(model: str | None = None, log: Callable[[str], None] = print) -> tuple[Path, Path]:
     """Build (or reuse) llama-server and fetch (or reuse) a catalogue model. Idempotent."""
-    name = model or catalogue()["default"]
-    model_spec(name)  # unknown names fail before the long build
+    name = model or default_llm()
+    llm_spec(name)  # unknown names fail before the long build
     binary = build_server(log=log)
     log(f"llama-server ready: {binary}")
     gguf = fetch_model(name, log=log)
@@ -70,7 +68,7 @@ class LocalServer:
         port: int | None = None,
         startup_timeout_s: float = 180.0,
     ) -> None:
-        self.model = model or catalogue()["default"]
+        self.model = model or default_llm()
         self.gguf = resolve_gguf(self.model if gguf is None else None, gguf)
         binary = Path(llama_server) if llama_server else server_path()
         if not binary.is_file():

@@ -7,6 +7,8 @@ import random
 import time
 from dataclasses import dataclass
 
+from rse_fast.errors import LLMBadRequestError, LLMError, LLMRateLimitError, LLMServerError
+
 #: Statuses worth retrying: request timeout, conflict, rate limit, and every 5xx.
 RETRY_STATUSES = frozenset({408, 409, 429})
 
@@ -44,3 +46,14 @@ class RetryPolicy:
             return min(retry_after, self.max_retry_after_s)
         cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
         return random.uniform(0, cap)
+
+
+def http_error(status: int, body: str, endpoint: str, retry_after: float | None) -> LLMError:
+    """The typed error for an HTTP error status: 429 and transient statuses are retryable."""
+    cls: type[LLMError] = LLMBadRequestError
+    message = "request rejected"
+    if status == 429:
+        cls, message = LLMRateLimitError, "rate limited"
+    elif is_retryable_status(status):
+        cls, message = LLMServerError, "server error"
+    return cls(message, endpoint=endpoint, status=status, body=body, retry_after=retry_after)

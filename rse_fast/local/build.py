@@ -18,6 +18,9 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from rse_fast.errors import BuildError
+from rse_fast.registry import cache_dir, sha256_file
+
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 #: sha256 of each pinned sdist: the source we compile is checked like the models we run.
 SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
@@ -40,17 +43,6 @@ CMAKE_FLAGS = (
 )
 
 Log = Callable[[str], None]
-
-
-class BuildError(RuntimeError):
-    """The toolchain is missing or the build failed; the message says what to do."""
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("RSE_FAST_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rse_fast"
-    )
-    return Path(root)
 
 
 def build_key(version: str = LLAMA_CPP_PYTHON_VERSION, flags: tuple[str, ...] = CMAKE_FLAGS) -> str:
@@ -117,7 +109,7 @@ def fetch_source(version: str, log: Log) -> Path:
         )
     expected = SDIST_SHA256.get(version)
     if expected is not None:
-        digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+        digest = sha256_file(sdist)
         if digest != expected:
             sdist.unlink()
             raise BuildError(

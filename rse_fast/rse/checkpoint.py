@@ -14,9 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rse_fast.bank import ExperienceBank
-from rse_fast.ledger import CallRecord, Ledger
-from rse_fast.rse_types import RoundResult
+from rse_fast.rse.bank import ExperienceBank
+from rse_fast.llm.ledger import CallRecord, Ledger
+from rse_fast.rse.results import RoundResult
 
 
 def problem_id(problem: str) -> str:

@@ -6,16 +6,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rse_fast.client import LLMClient
-from rse_fast.ledger import Ledger
+from rse_fast.errors import RequestError
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import Problem, make_method
 
 METHOD_PREFIXES = ("rse", "sc", "bon", "beam", "particle", "refine", "fusion")
 Progress = Callable[[dict[str, Any]], None]
-
-
-class RequestError(ValueError):
-    """A malformed method request (answered 400)."""
 
 
 @dataclass
@@ -94,8 +91,8 @@ async def run_method(
     view.model = spec.upstream_model
     details: dict[str, Any] = {"method": spec.method}
     if spec.method == "rse":
-        from rse_fast.rse import RSE
-        from rse_fast.rse_types import RSEConfig
+        from rse_fast.rse.engine import RSE
+        from rse_fast.rse.config import RSEConfig
 
         cfg = RSEConfig(
             rounds=spec.rounds,

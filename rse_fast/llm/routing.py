@@ -36,6 +36,7 @@ class EndpointState:
     consecutive_failures: int = 0
     cooldown_until: float = 0.0
     supports_n: bool | None = None  # learnt: does the server honour n > 1?
+    supports_schema: bool | None = None  # learnt: does it take a JSON-schema response_format?
     semaphore: asyncio.Semaphore | None = field(default=None, repr=False)
 
     @property

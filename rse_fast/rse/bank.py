@@ -12,15 +12,15 @@ from typing import Literal
 
 import numpy as np
 
-from rse_fast.index import SimilarityIndex, normalize_rows
-from rse_fast.ledger import approx_token_count
+from rse_fast.rse.index import SimilarityIndex, normalize_rows
+from rse_fast.llm.ledger import approx_token_count
 from rse_fast.prompts import render_experiences
 
 Kind = Literal["positive", "negative"]
 KINDS: tuple[Kind, Kind] = ("negative", "positive")  # negatives render first
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Experience:
     """A statement and where it came from: round, rollout index, position in that rollout's
     distillation. Candidates waiting for dedup use the same type."""
@@ -32,7 +32,7 @@ class Experience:
     position: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """Why a candidate was or was not added: its best match and their similarity."""
 
@@ -103,14 +103,14 @@ class ExperienceBank:
                     matched = items[m].text if m < n0 else candidates[kept[m - n0]].text
                 sim = float(res.similarity[j])
                 decisions[i] = Decision(
-                    c.text,
-                    kind,
-                    bool(res.accepted[j]),
-                    sim if np.isfinite(sim) else None,
-                    matched,
-                    c.round,
-                    c.rollout,
-                    c.position,
+                    text=c.text,
+                    kind=kind,
+                    accepted=bool(res.accepted[j]),
+                    similarity=sim if np.isfinite(sim) else None,
+                    matched=matched,
+                    round=c.round,
+                    rollout=c.rollout,
+                    position=c.position,
                 )
             items.extend(candidates[i] for i in kept)
         return [d for d in decisions if d is not None]

@@ -1,4 +1,4 @@
-"""The RSE engine: experience-guided rounds of parallel rollouts (DESIGN.md §1.1 and §3).
+"""The RSE engine: experience-guided rounds of parallel rollouts.
 
 Per round: render the bank into the prompt, sample K rollouts in parallel, distil each rollout
 the moment it finishes, embed its experiences while other calls are in flight, then one greedy
@@ -18,30 +18,16 @@ import numpy as np
 
 from rse_fast import kernels
 from rse_fast.answers import answers_equivalent, extract_answer, majority_vote
-from rse_fast.bank import Decision, Experience, ExperienceBank
-from rse_fast.checkpoint import Checkpoint
-from rse_fast.client import LLMClient
-from rse_fast.distill import parse_distillation
+from rse_fast.rse.bank import Decision, Experience, ExperienceBank
+from rse_fast.rse.checkpoint import Checkpoint
+from rse_fast.llm.client import LLMClient
+from rse_fast.rse.distill import parse_distillation
 from rse_fast.encoder import Encoder
-from rse_fast.errors import LLMBadRequestError, LLMError, RoundFailedError
+from rse_fast.errors import LLMError, RoundFailedError
 from rse_fast.prompts import distill_messages, distill_schema, solve_messages
-from rse_fast.rse_types import RolloutRecord, RoundResult, RSEConfig, RSEResult
+from rse_fast.rse.config import RSEConfig
+from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
 from rse_fast.sync import run_sync
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What a live display needs, emitted after every rollout, distillation and round."""
-
-    round: int
-    rounds: int
-    k: int
-    rollouts_done: int
-    distills_done: int
-    failures: int
-    bank_sizes: dict[str, int]
-    tokens: int
-    round_done: bool = False
 
 
 @dataclass
@@ -79,7 +65,6 @@ class RSE:
         self.config = config or RSEConfig()
         self.checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
         self.progress = progress
-        self._schema_ok = self.config.use_json_schema
         kernels.warmup(self.encoder.dim)
 
     def solve_sync(self, problem: str, **kw: Any) -> RSEResult:
@@ -159,15 +144,15 @@ class RSE:
             if self.progress is not None:
                 self.progress(
                     Progress(
-                        r,
-                        cfg.rounds,
-                        k,
-                        counters["rollouts"],
-                        counters["distills"],
-                        counters["failures"],
-                        bank.sizes(),
-                        self.client.ledger.total_tokens,
-                        round_done,
+                        round=r,
+                        rounds=cfg.rounds,
+                        k=k,
+                        rollouts_done=counters["rollouts"],
+                        distills_done=counters["distills"],
+                        failures=counters["failures"],
+                        bank_sizes=bank.sizes(),
+                        tokens=self.client.ledger.total_tokens,
+                        round_done=round_done,
                     )
                 )
 
@@ -281,8 +266,11 @@ class RSE:
             report()
             return _Outcome(rec, [], None, returned, returned)
         rec.distill, rec.positive, rec.negative = "ok", parsed.positive, parsed.negative
-        cands = [Experience(t, "negative", r, i, p) for p, t in enumerate(parsed.negative)]
-        cands += [Experience(t, "positive", r, i, p) for p, t in enumerate(parsed.positive)]
+        cands = [
+            Experience(text=t, kind=kind, round=r, rollout=i, position=p)
+            for kind, texts in (("negative", parsed.negative), ("positive", parsed.positive))
+            for p, t in enumerate(texts)
+        ]
         vectors = await self.encoder.aencode([c.text for c in cands]) if cands else None
         report()
         return _Outcome(rec, cands, vectors, returned, time.perf_counter())
@@ -303,12 +291,9 @@ class RSE:
             seed=seed,
         )
         try:
-            if self._schema_ok:
-                try:
-                    schema = distill_schema(cfg.max_experiences_per_rollout)
-                    return (await self.client.chat(messages, response_format=schema, **params)).text
-                except LLMBadRequestError:
-                    self._schema_ok = False  # server refuses JSON schema: parse tolerantly
+            if cfg.use_json_schema:
+                schema = distill_schema(cfg.max_experiences_per_rollout)
+                return (await self.client.chat_json(messages, schema, **params)).text
             return (await self.client.chat(messages, **params)).text
         except LLMError:
             return None

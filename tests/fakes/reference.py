@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rse_fast.index import normalize_rows
+from rse_fast.rse.index import normalize_rows
 
 
 def sequential_dot(a: np.ndarray, b: np.ndarray) -> float:

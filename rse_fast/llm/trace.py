@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
+
+TraceHook = Callable[[dict[str, Any]], None]
 
 
 class JsonlTrace:

@@ -17,22 +17,18 @@ from typing import Any
 
 from aiohttp import web
 
-from rse_fast.client import LLMClient
+from rse_fast.llm.client import LLMClient
 from rse_fast.errors import (
     LLMBadRequestError,
+    ServiceError,
     LLMConnectionError,
     LLMError,
     LLMRateLimitError,
     LLMTimeoutError,
     RoundFailedError,
 )
-from rse_fast.serve_methods import (
-    MethodRequest,
-    RequestError,
-    parse_method_request,
-    run_method,
-)
-from rse_fast.serve_metrics import Metrics
+from rse_fast.serve.requests import MethodRequest, parse_method_request, run_method
+from rse_fast.serve.metrics import Metrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 API_KEY: Any = web.RequestKey("api_key", str) if hasattr(web, "RequestKey") else "api_key"
@@ -58,20 +54,6 @@ class ServeConfig:
         return keys
 
 
-class APIError(Exception):
-    """An error answered as an OpenAI-style JSON body with an HTTP status."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str = "invalid_request_error",
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.headers = status, message, kind, headers or {}
-
-
 def error_response(
     status: int, message: str, kind: str, headers: dict[str, str] | None = None
 ) -> web.Response:
@@ -79,24 +61,24 @@ def error_response(
     return web.json_response(body, status=status, headers=headers)
 
 
-def upstream_error(exc: LLMError) -> APIError:
+def upstream_error(exc: LLMError) -> ServiceError:
     """Upstream faults as typed OpenAI-style errors."""
     if isinstance(exc, LLMRateLimitError):
-        return APIError(
+        return ServiceError(
             429,
             f"upstream rate limited: {exc}",
             "rate_limit_error",
             {"Retry-After": str(int(exc.retry_after or 1))},
         )
     if isinstance(exc, LLMTimeoutError):
-        return APIError(504, f"upstream timed out: {exc}", "upstream_timeout")
+        return ServiceError(504, f"upstream timed out: {exc}", "upstream_timeout")
     if isinstance(exc, LLMBadRequestError) and exc.status is not None:
-        return APIError(
+        return ServiceError(
             exc.status, f"upstream rejected the request: {exc.body or exc}", "invalid_request_error"
         )
     if isinstance(exc, LLMConnectionError):
-        return APIError(502, f"upstream unreachable: {exc}", "upstream_error")
-    return APIError(502, f"upstream error: {exc}", "upstream_error")
+        return ServiceError(502, f"upstream unreachable: {exc}", "upstream_error")
+    return ServiceError(502, f"upstream error: {exc}", "upstream_error")
 
 
 class Service:
@@ -133,7 +115,7 @@ class Service:
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
-        except APIError as exc:
+        except ServiceError as exc:
             self.metrics.error(exc.kind)
             return error_response(exc.status, exc.message, exc.kind, exc.headers)
         except web.HTTPRequestEntityTooLarge:
@@ -157,7 +139,7 @@ class Service:
         for key in self.config.api_keys:  # constant time per key, no early exit
             ok |= hmac.compare_digest(given.encode(), key.encode())
         if not ok:
-            raise APIError(401, "invalid or missing API key", "authentication_error")
+            raise ServiceError(401, "invalid or missing API key", "authentication_error")
         request[API_KEY] = given
         return await handler(request)
 
@@ -169,11 +151,8 @@ class Service:
 
     async def models(self, request: web.Request) -> web.Response:
         try:
-            upstream = await self.client._get_session().get(self.client.pool.pick().url + "/models")
-            async with upstream:
-                data = await upstream.json(content_type=None)
-            names = [m["id"] for m in data.get("data", [])]
-        except Exception:
+            names = await self.client.models()
+        except LLMError:
             names = []
         prefixes = ["rse", "sc", "bon", "beam", "particle", "refine", "fusion"]
         ids = names + [f"{p}:{n}" for n in names for p in prefixes]
@@ -190,7 +169,7 @@ class Service:
         body = await self._body(request)
         key = request.get(API_KEY, "")
         if self._per_key[key] >= self.config.per_key_concurrency:
-            raise APIError(
+            raise ServiceError(
                 429,
                 "too many concurrent requests for this API key",
                 "rate_limit_error",
@@ -200,10 +179,7 @@ class Service:
         self.metrics.in_flight += 1
         label, status = "passthrough", 500
         try:
-            try:
-                spec = parse_method_request(body)
-            except RequestError as exc:
-                raise APIError(400, str(exc)) from None
+            spec = parse_method_request(body)
             label = spec.method if spec else "passthrough"
             work = (
                 self._passthrough(request, body)
@@ -215,17 +191,17 @@ class Service:
             return resp
         except asyncio.TimeoutError:
             status = 504
-            raise APIError(504, "request timed out", "timeout") from None
+            raise ServiceError(504, "request timed out", "timeout") from None
         except (LLMError, RoundFailedError) as exc:
             cause = exc.cause if isinstance(exc, RoundFailedError) else exc
             err = (
                 upstream_error(cause)
                 if isinstance(cause, LLMError)
-                else APIError(502, str(exc), "upstream_error")
+                else ServiceError(502, str(exc), "upstream_error")
             )
             status = err.status
             raise err from None
-        except APIError as exc:
+        except ServiceError as exc:
             status = exc.status
             raise
         finally:
@@ -238,18 +214,18 @@ class Service:
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
-            raise APIError(400, "request body is not valid JSON") from None
+            raise ServiceError(400, "request body is not valid JSON") from None
         if not isinstance(body, dict):
-            raise APIError(400, "request body must be a JSON object")
+            raise ServiceError(400, "request body must be a JSON object")
         messages = body.get("messages")
         if (
             not isinstance(messages, list)
             or not messages
             or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
         ):
-            raise APIError(400, "'messages' must be a non-empty list of {role, content} objects")
+            raise ServiceError(400, "'messages' must be a non-empty list of {role, content} objects")
         if not isinstance(body.get("model"), str) or not body["model"]:
-            raise APIError(400, "'model' must be a non-empty string")
+            raise ServiceError(400, "'model' must be a non-empty string")
         return body
 
     async def _passthrough(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
@@ -405,7 +381,7 @@ def _completion(model: str, texts: list[str], prompt: int, completion: int) -> d
 def _int(body: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
     value = body.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise APIError(400, f"'{name}' must be an integer in [{lo}, {hi}]")
+        raise ServiceError(400, f"'{name}' must be an integer in [{lo}, {hi}]")
     return value
 
 

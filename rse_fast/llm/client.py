@@ -1,0 +1,401 @@
+"""Async OpenAI-compatible chat client (aiohttp): n > 1, usage, streaming, structured output.
+
+Every LLM call of the project goes through :class:`LLMClient`, and every call ends in a
+:class:`~rse_fast.llm.types.ChatResult` or a typed :class:`~rse_fast.errors.LLMError`.
+Connections, routing and retries live in the one :class:`~rse_fast.llm.transport.Transport`
+that a client shares with its ledger views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any
+
+import aiohttp
+
+from rse_fast.errors import LLMBadRequestError, LLMError
+from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
+from rse_fast.llm.parse import parse_choices, parse_chunk, parse_usage
+from rse_fast.llm.retry import RetryPolicy
+from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
+from rse_fast.llm.sse import sse_payloads
+from rse_fast.llm.trace import TraceHook
+from rse_fast.llm.transport import Timeouts, Transport, open_response, read_json, stream_lines
+from rse_fast.llm.types import ChatResult, Choice, Message, StreamEvent, Usage
+
+_SOURCE_RANK = {"reported": 0, "estimated": 1, "corrected": 2}
+#: Request fields a server names when it cannot do structured output.
+SCHEMA_FIELDS = ("response_format", "json_schema", "guided_json", "grammar")
+
+
+def _as_endpoints(
+    endpoints: str | Endpoint | Sequence[str | Endpoint], api_key: str | None, limit: int
+) -> list[Endpoint]:
+    items = [endpoints] if isinstance(endpoints, (str, Endpoint)) else list(endpoints)
+    return [e if isinstance(e, Endpoint) else Endpoint(e, api_key, limit) for e in items]
+
+
+async def _gather_or_cancel(aws: Sequence[Awaitable[ChatResult]]) -> list[ChatResult]:
+    """Like gather, but the first failure cancels the rest: nothing keeps running unobserved."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class LLMClient:
+    """An OpenAI-compatible chat client over one or many endpoints.
+
+    Args:
+        endpoints: a base URL (``http://host:8000/v1``; ``/v1`` is added when missing), an
+            :class:`Endpoint`, or a list of them; requests go to the healthy endpoint with the
+            fewest requests outstanding.
+        model: the model name sent with every request (a call's ``model=`` overrides it).
+        api_key: sent as ``Authorization: Bearer …`` to endpoints given as plain URLs.
+        timeouts, retry: connect/total/stream-idle timeouts and the backoff policy.
+        max_concurrency: requests in flight per endpoint.
+        failure_threshold, cooldown_s: an endpoint failing this many times in a row gets no
+            traffic for ``cooldown_s`` seconds.
+        ledger: where every call's tokens are booked (a new one by default).
+        token_counter: text → tokens, to estimate usage a server omits or under-reports;
+            without one, ~4 characters per token is assumed and the figure marked estimated.
+        trace: called with one dict per HTTP attempt (request, reply or error).
+
+    Example::
+
+        async with LLMClient("http://127.0.0.1:8000/v1", "qwen") as client:
+            result = await client.chat([{"role": "user", "content": "2+2?"}], n=4)
+            result.texts, result.usage.total_tokens, client.ledger.summary()
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Endpoint | Sequence[str | Endpoint],
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int = 64,
+        failure_threshold: int = 3,
+        cooldown_s: float = 5.0,
+        ledger: Ledger | None = None,
+        token_counter: TokenCounter | None = None,
+        trace: TraceHook | None = None,
+    ) -> None:
+        self.model = model
+        pool = EndpointPool(
+            _as_endpoints(endpoints, api_key, max_concurrency),
+            failure_threshold=failure_threshold,
+            cooldown_s=cooldown_s,
+        )
+        self.trace = trace
+        self.transport = Transport(pool, timeouts, retry, on_failure=self._trace_failure)
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.count_tokens: TokenCounter = token_counter or approx_token_count
+
+    @property
+    def pool(self) -> EndpointPool:
+        return self.transport.pool
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self.transport.timeouts
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self.transport.retry
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def with_ledger(self, ledger: Ledger) -> LLMClient:
+        """A view of this client (same endpoints, routing state and connections) that records
+        into another ledger: how each method run gets its own token count."""
+        view = copy.copy(self)
+        view.ledger = ledger
+        return view
+
+    async def close(self) -> None:
+        """Close the connections (shared with every ``with_ledger`` view)."""
+        await self.transport.close()
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- public API ------------------------------------------------------------------------
+    def build_body(self, messages: Sequence[Message], **params: Any) -> dict[str, Any]:
+        """The request body: model, messages, and every sampling field that is not None."""
+        if not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
+            raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+        extra = params.pop("extra", None) or {}
+        body: dict[str, Any] = {
+            "model": params.pop("model", None) or self.model,
+            "messages": list(messages),
+        }
+        body.update({k: v for k, v in params.items() if v is not None})
+        body.update(extra)
+        return body
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        n: int = 1,
+        role: str = "explore",
+        task: str | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        stop: str | list[str] | None = None,
+        response_format: dict[str, Any] | None = None,
+        logprobs: bool | None = None,
+        top_logprobs: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        model: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> ChatResult:
+        """One chat completion with ``n`` choices, booked in the ledger under ``role``.
+
+        Args:
+            messages: OpenAI chat messages.
+            n: choices wanted. A server that ignores ``n`` (returns fewer) or rejects it by
+                name is remembered, and the missing choices are fetched as single requests
+                with distinct seeds; any other rejection is raised once, as the caller's.
+            role, task: ledger tags (``explore``, ``distill``, ``judge``, …) and a free label.
+            extra: more body fields, sent as given (e.g. ``chat_template_kwargs``).
+            The other arguments are the OpenAI fields of the same name (``top_k`` is the
+            vLLM/llama.cpp extension); None leaves a field out.
+
+        Returns:
+            A :class:`ChatResult`; each choice keeps content, reasoning, tool calls, refusal,
+            logprobs and the raw message.
+
+        Raises:
+            LLMError: a typed subclass, after retries where retrying can help.
+        """
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        body = self.build_body(
+            messages,
+            model=model,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_tokens=max_tokens,
+            seed=seed,
+            stop=stop,
+            response_format=response_format,
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+            tools=tools,
+            tool_choice=tool_choice,
+            extra=extra,
+        )
+        t0 = time.perf_counter()
+        try:
+            result = await self._chat_n(body, n)
+        except LLMError as exc:
+            self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
+            raise
+        self.ledger.record_usage(role, result.usage, result.latency_s, result.endpoint, n, task)
+        return result
+
+    async def chat_json(
+        self, messages: Sequence[Message], schema: dict[str, Any], **params: Any
+    ) -> ChatResult:
+        """``chat`` with JSON-schema constrained output where the server has it.
+
+        An endpoint that rejects ``response_format`` is remembered and asked without it
+        (callers parse the reply tolerantly); any other error is raised.
+        """
+        state = self.pool.pick()
+        if state.supports_schema is not False:
+            try:
+                return await self.chat(messages, response_format=schema, **params)
+            except LLMBadRequestError as exc:
+                if not exc.concerns(*SCHEMA_FIELDS):
+                    raise
+                state.supports_schema = False
+        return await self.chat(messages, **params)
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        role: str = "explore",
+        task: str | None = None,
+        include_usage: bool = True,
+        **params: Any,
+    ) -> AsyncIterator[StreamEvent]:
+        """Stream one choice as :class:`StreamEvent` deltas; the last event has ``done=True``
+        and the call's usage (reported, or estimated from the text when the server sent none).
+
+        Every delta kind is yielded: the role chunk, content, reasoning, tool-call fragments,
+        and the usage chunk. Retries happen only before the first byte; a stream that breaks
+        midway raises :class:`LLMConnectionError`, goes idle :class:`LLMTimeoutError`, and an
+        error event from the server :class:`LLMServerError`.
+        """
+        body = self.build_body(messages, **params)
+        body["stream"] = True
+        if include_usage:
+            body["stream_options"] = {"include_usage": True}
+        t0 = time.perf_counter()
+        parts: list[str] = []
+        usage: Usage | None = None
+        endpoint = ""
+        try:
+            async with contextlib.AsyncExitStack() as keep:
+                state, resp = await self.transport.post(
+                    "/chat/completions", body, open_response, keep=keep
+                )
+                endpoint = state.url
+                async for data in sse_payloads(stream_lines(resp, endpoint), endpoint):
+                    for event in parse_chunk(data):
+                        if event.usage is not None:
+                            usage = event.usage
+                        parts.append(event.delta + event.reasoning)
+                        yield event
+        except LLMError as exc:
+            self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
+            raise
+        if usage is None:
+            usage = Usage(
+                count_prompt_tokens(body["messages"], self.count_tokens),
+                self.count_tokens("".join(parts)),
+                "estimated",
+            )
+        latency = time.perf_counter() - t0
+        self.ledger.record_usage(role, usage, latency, endpoint, 1, task)
+        yield StreamEvent(done=True, usage=usage)
+
+    async def models(self) -> list[str]:
+        """The model ids the (first healthy) endpoint serves, from ``GET /models``."""
+        data = await self.transport.get("/models", read_json)
+        return [str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
+
+    # -- n > 1 -----------------------------------------------------------------------------
+    async def _chat_n(self, body: dict[str, Any], n: int) -> ChatResult:
+        if n == 1:
+            return await self._request(body)
+        state = self.pool.pick()
+        if state.supports_n is False:
+            return await self._fan_out(body, n, 0)
+        try:
+            first = await self._request({**body, "n": n}, state)
+        except LLMBadRequestError as exc:
+            if not exc.concerns("n"):
+                raise  # the request itself is at fault (context too long, bad field, ...)
+            state.supports_n = False  # rejected n > 1 by name: fall back to single requests
+            return await self._fan_out(body, n, 0)
+        if len(first.choices) >= n:
+            state.supports_n = True
+            return first
+        state.supports_n = False  # ignored n: fetch the missing choices one by one
+        rest = await self._fan_out(body, n - len(first.choices), len(first.choices))
+        return self._merge([first, rest])
+
+    async def _fan_out(self, body: dict[str, Any], count: int, offset: int) -> ChatResult:
+        base = body.get("seed")
+        seeds = [
+            (base + offset + i) if isinstance(base, int) else random.randrange(2**31)
+            for i in range(count)
+        ]
+        parts = await _gather_or_cancel([self._request({**body, "seed": s}) for s in seeds])
+        return self._merge(parts)
+
+    @staticmethod
+    def _merge(parts: Sequence[ChatResult]) -> ChatResult:
+        choices = [c for p in parts for c in p.choices]
+        source = max((p.usage.source for p in parts), key=_SOURCE_RANK.__getitem__)
+        reasoning = [p.usage.reasoning_tokens for p in parts]
+        usage = Usage(
+            sum(p.usage.prompt_tokens for p in parts),
+            sum(p.usage.completion_tokens for p in parts),
+            source,
+            reasoning_tokens=None if None in reasoning else sum(r or 0 for r in reasoning),
+        )
+        return ChatResult(
+            choices=tuple(dataclasses.replace(c, index=i) for i, c in enumerate(choices)),
+            usage=usage,
+            latency_s=max(p.latency_s for p in parts),
+            endpoint=parts[0].endpoint,
+            model=parts[0].model,
+            requests=sum(p.requests for p in parts),
+            raw=parts[0].raw,
+        )
+
+    def _usage(
+        self, data: dict[str, Any], body: dict[str, Any], choices: Sequence[Choice]
+    ) -> Usage:
+        reported = parse_usage(data.get("usage"))
+        counted = [self.count_tokens(c.text + (c.reasoning or "")) for c in choices]
+        if reported is None:
+            prompt = count_prompt_tokens(body["messages"], self.count_tokens)
+            return Usage(prompt, sum(counted), "estimated")
+        completion = reported.completion_tokens
+        if len(choices) > 1 and completion < 0.75 * sum(counted):
+            # The server counted one choice only (llama.cpp with n > 1): add the others.
+            k = min(range(len(counted)), key=lambda i: abs(counted[i] - completion))
+            return dataclasses.replace(
+                reported, completion_tokens=completion + sum(counted) - counted[k], source="corrected"
+            )
+        return reported
+
+    # -- one request -----------------------------------------------------------------------
+    async def _request(
+        self, body: dict[str, Any], first: EndpointState | None = None
+    ) -> ChatResult:
+        t0 = time.perf_counter()
+
+        async def read(state: EndpointState, resp: aiohttp.ClientResponse) -> ChatResult:
+            data = await read_json(state, resp)
+            choices = parse_choices(data, state.url)
+            return ChatResult(
+                choices=choices,
+                usage=self._usage(data, body, choices),
+                latency_s=time.perf_counter() - t0,
+                endpoint=state.url,
+                model=str(data.get("model") or body["model"]),
+                raw=data,
+            )
+
+        result = await self.transport.post("/chat/completions", body, read, state=first)
+        if self.trace is not None:
+            self.trace(
+                {
+                    "time": time.time(),
+                    "request": body,
+                    "endpoint": result.endpoint,
+                    "latency_s": result.latency_s,
+                    "texts": result.texts,
+                    "reasoning": [c.reasoning for c in result.choices],
+                    "usage": dataclasses.asdict(result.usage),
+                }
+            )
+        return result
+
+    def _trace_failure(self, body: dict[str, Any], error: LLMError) -> None:
+        if self.trace is not None:
+            self.trace(
+                {
+                    "time": time.time(),
+                    "request": body,
+                    "endpoint": error.endpoint,
+                    "error": f"{type(error).__name__}: {error}",
+                }
+            )

@@ -1,0 +1,93 @@
+"""Chat completion JSON (whole or streamed chunk) into the typed records of ``types``.
+
+Reasoning comes as ``reasoning_content`` (vLLM/SGLang reasoning parsers, DeepSeek) or
+``reasoning`` (newer vLLM); both are read. Nothing the server sent is dropped: each choice keeps
+its raw message, each event its raw chunk.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rse_fast.errors import LLMResponseError
+from rse_fast.llm.types import Choice, StreamEvent, Usage
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    for name in REASONING_FIELDS:
+        value = message.get(name)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _tool_calls(value: Any) -> tuple[dict[str, Any], ...]:
+    return tuple(c for c in value if isinstance(c, dict)) if isinstance(value, list) else ()
+
+
+def parse_choices(data: dict[str, Any], endpoint: str) -> tuple[Choice, ...]:
+    """The choices of a completion, sorted by index; a body that is not one raises a
+    (retryable) LLMResponseError."""
+    try:
+        choices = []
+        for i, c in enumerate(data["choices"]):
+            message = c.get("message") or {}
+            choices.append(
+                Choice(
+                    index=int(c.get("index", i)),
+                    text=message.get("content") or "",
+                    finish_reason=c.get("finish_reason"),
+                    logprobs=c.get("logprobs"),
+                    reasoning=_reasoning(message),
+                    tool_calls=_tool_calls(message.get("tool_calls")),
+                    refusal=message.get("refusal"),
+                    message=message,
+                )
+            )
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise LLMResponseError(
+            f"not a chat completion ({exc!r})", endpoint=endpoint, body=json.dumps(data)[:500]
+        ) from None
+    return tuple(sorted(choices, key=lambda c: c.index))
+
+
+def parse_usage(raw: Any) -> Usage | None:
+    """``usage`` as the server reported it, or None when absent or malformed."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        prompt, completion = int(raw["prompt_tokens"]), int(raw["completion_tokens"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    details = raw.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return Usage(
+        prompt, completion, reasoning_tokens=reasoning if isinstance(reasoning, int) else None
+    )
+
+
+def parse_chunk(data: dict[str, Any]) -> list[StreamEvent]:
+    """The events of one streamed chunk: one per choice delta, then the usage (if any)."""
+    events = []
+    for c in data.get("choices") or []:
+        if not isinstance(c, dict):
+            continue
+        delta = c.get("delta") or {}
+        events.append(
+            StreamEvent(
+                index=int(c.get("index", 0)),
+                role=delta.get("role"),
+                delta=delta.get("content") or "",
+                reasoning=_reasoning(delta) or "",
+                tool_calls=_tool_calls(delta.get("tool_calls")),
+                finish_reason=c.get("finish_reason"),
+                raw=data,
+            )
+        )
+    usage = parse_usage(data.get("usage"))
+    if usage is not None:
+        events.append(StreamEvent(usage=usage, raw=data))
+    return events

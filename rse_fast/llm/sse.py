@@ -1,0 +1,52 @@
+"""Server-sent events, parsing only: lines in, decoded ``data:`` payloads out.
+
+An event's ``data:`` lines are joined with newlines and end at a blank line (as the SSE spec
+says; OpenAI-compatible servers send one line per event). ``data: [DONE]`` ends the stream.
+A payload that is an ``{"error": ...}`` object (what vLLM and SGLang send when generation
+fails mid-stream) raises, so a failure is never mistaken for a short answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+from rse_fast.errors import LLMResponseError, LLMServerError
+
+DONE = b"[DONE]"
+
+
+def _decode(payload: bytes, url: str) -> dict[str, Any]:
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise LLMResponseError(
+            "malformed stream chunk", endpoint=url, body=payload.decode("utf-8", "replace")
+        )
+    if "error" in data and not data.get("choices"):
+        raise LLMServerError(
+            "error event in stream", endpoint=url, body=payload.decode("utf-8", "replace")
+        )
+    return data
+
+
+async def sse_payloads(lines: AsyncIterable[bytes], url: str) -> AsyncIterator[dict[str, Any]]:
+    """Each event's JSON payload, until ``[DONE]`` or the end of the lines."""
+    buffered: list[bytes] = []
+    async for raw_line in lines:
+        line = raw_line.rstrip(b"\r\n")
+        if line.startswith(b"data:"):
+            buffered.append(line[5:].lstrip(b" "))
+            # One-line events are the norm: decode at once unless more data lines may follow.
+            if buffered[0] == DONE:
+                return
+            continue
+        if line or not buffered:
+            continue  # comments (":"), event/id fields, or stray blank lines
+        payload, buffered = b"\n".join(buffered), []
+        yield _decode(payload, url)
+    if buffered and buffered[0] != DONE:
+        yield _decode(b"\n".join(buffered), url)

@@ -1,0 +1,194 @@
+"""The one HTTP transport every LLM call goes through: pooling, timeouts, routing, retries.
+
+A request is routed to an endpoint, holds one of its concurrency slots, is POSTed, and its
+response is handed to a *reader* while still open. Connection errors, timeouts, retryable
+statuses and reader failures (truncated or malformed bodies) are retried with backoff on a
+freshly routed endpoint. A streamed call passes ``keep``: on success the slot and the open
+response move into it, so the caller reads the stream and closing ``keep`` releases both —
+retries therefore happen only before the first byte of a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+
+from rse_fast.errors import LLMConnectionError, LLMError, LLMResponseError, LLMTimeoutError
+from rse_fast.llm.retry import RetryPolicy, http_error, parse_retry_after
+from rse_fast.llm.routing import EndpointPool, EndpointState
+
+T = TypeVar("T")
+Reader = Callable[[EndpointState, aiohttp.ClientResponse], Awaitable[T]]
+FailureHook = Callable[[dict[str, Any], LLMError], None]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds: to connect, for a whole non-streamed call, and of silence within a stream."""
+
+    connect_s: float = 10.0
+    total_s: float = 600.0
+    stream_idle_s: float = 120.0
+
+
+class SharedSession:
+    """The aiohttp session of a transport, created lazily in the running loop (a client made
+    in one loop and used in another gets a fresh session instead of a broken one)."""
+
+    def __init__(self) -> None:
+        self.session: aiohttp.ClientSession | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self.session is None or self.session.closed or self.loop is not loop:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            self.session = aiohttp.ClientSession(connector=connector)
+            self.loop = loop
+        return self.session
+
+    async def close(self) -> None:
+        if self.session is not None and not self.session.closed:
+            await self.session.close()
+        self.session = None
+
+
+async def read_json(state: EndpointState, resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    """A reader: the response body as a JSON object, or a (retryable) LLMResponseError."""
+    text = (await resp.read()).decode("utf-8", "replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise LLMResponseError(
+            "response is not valid JSON", endpoint=state.url, status=resp.status, body=text
+        ) from None
+    if not isinstance(data, dict):
+        raise LLMResponseError("response is not a JSON object", endpoint=state.url, body=text)
+    return data
+
+
+async def open_response(
+    state: EndpointState, resp: aiohttp.ClientResponse
+) -> tuple[EndpointState, aiohttp.ClientResponse]:
+    """A reader for streams: the open response itself (with ``keep``, it stays open)."""
+    return state, resp
+
+
+class Transport:
+    """Endpoints, one session, one retry loop. Shared by a client and its ledger views."""
+
+    def __init__(
+        self,
+        pool: EndpointPool,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        on_failure: FailureHook | None = None,
+    ) -> None:
+        self.pool = pool
+        self.timeouts = timeouts or Timeouts()
+        self.retry = retry or RetryPolicy()
+        self.on_failure = on_failure
+        self._session = SharedSession()
+        t = self.timeouts
+        self._call_timeout = aiohttp.ClientTimeout(
+            total=t.total_s, connect=t.connect_s, sock_connect=t.connect_s
+        )
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=t.total_s, connect=t.connect_s, sock_read=t.stream_idle_s
+        )
+
+    def session(self) -> aiohttp.ClientSession:
+        return self._session.get()
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    @staticmethod
+    def headers(state: EndpointState) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if state.endpoint.api_key:
+            headers["Authorization"] = f"Bearer {state.endpoint.api_key}"
+        return headers
+
+    async def post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        read: Reader[T],
+        *,
+        state: EndpointState | None = None,
+        keep: contextlib.AsyncExitStack | None = None,
+    ) -> T:
+        """POST ``body`` (JSON-encoded once) to ``path`` and return ``read``'s result."""
+        return await self._send("POST", path, body, read, state, keep)
+
+    async def get(self, path: str, read: Reader[T]) -> T:
+        """GET ``path`` with the same routing, auth and retries."""
+        return await self._send("GET", path, None, read, None, None)
+
+    async def _send(
+        self,
+        verb: str,
+        path: str,
+        body: dict[str, Any] | None,
+        read: Reader[T],
+        state: EndpointState | None,
+        keep: contextlib.AsyncExitStack | None,
+    ) -> T:
+        data = json.dumps(body).encode() if body is not None else None
+        timeout = self._stream_timeout if keep is not None else self._call_timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            async with contextlib.AsyncExitStack() as scope:
+                st = await scope.enter_async_context(self.pool.slot(state))
+                try:
+                    resp = await scope.enter_async_context(
+                        self.session().request(
+                            verb, st.url + path, data=data, headers=self.headers(st), timeout=timeout
+                        )
+                    )
+                    if resp.status >= 400:
+                        text = (await resp.read()).decode("utf-8", "replace")
+                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                        raise http_error(resp.status, text, st.url, retry_after)
+                    result = await read(st, resp)
+                except (asyncio.TimeoutError, TimeoutError):
+                    error: LLMError = LLMTimeoutError("request timed out", endpoint=st.url)
+                except aiohttp.ClientPayloadError as exc:
+                    error = LLMResponseError(f"truncated response body ({exc})", endpoint=st.url)
+                except aiohttp.ClientError as exc:
+                    error = LLMConnectionError(f"connection failed ({exc!r})", endpoint=st.url)
+                except LLMError as exc:
+                    error = exc
+                else:
+                    self.pool.record_success(st)
+                    if keep is not None:
+                        keep.push_async_exit(scope.pop_all())
+                    return result
+                if error.retryable:
+                    self.pool.record_failure(st)
+            if self.on_failure is not None and body is not None:
+                self.on_failure(body, error)
+            if not error.retryable or attempt >= self.retry.max_attempts:
+                error.attempts = attempt
+                raise error
+            state = None  # re-route the retry
+            await asyncio.sleep(self.retry.delay(attempt, error.retry_after))
+
+
+async def stream_lines(resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]:
+    """The lines of an open streamed response; a broken or idle stream raises a typed error."""
+    try:
+        async for line in resp.content:
+            yield line
+    except (asyncio.TimeoutError, TimeoutError):
+        raise LLMTimeoutError("stream went idle", endpoint=url) from None
+    except aiohttp.ClientError as exc:
+        raise LLMConnectionError(f"stream broke ({exc!r})", endpoint=url) from None

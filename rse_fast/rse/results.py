@@ -1,0 +1,94 @@
+"""RSE results: per rollout, per round and per run (JSON-serialisable via ``to_dict``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from rse_fast.rse.bank import Decision
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress:
+    """What a live display needs, emitted after every rollout, distillation and round."""
+
+    round: int
+    rounds: int
+    k: int
+    rollouts_done: int
+    distills_done: int
+    failures: int
+    bank_sizes: dict[str, int]
+    tokens: int
+    round_done: bool = False
+
+
+@dataclass(kw_only=True)
+class RolloutRecord:
+    index: int
+    text: str = ""
+    answer: str | None = None
+    correct: bool | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    distill: Literal["ok", "unparseable", "failed", "skipped"] = "skipped"
+    positive: list[str] = field(default_factory=list)
+    negative: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class RoundResult:
+    round: int
+    k: int
+    experience_block: str  # the bank as rendered into this round's prompt
+    rollouts: list[RolloutRecord]
+    decisions: list[Decision]
+    bank_sizes: dict[str, int]
+    answer: str | None
+    votes: int
+    accuracy: float | None
+    unparseable: int
+    failed_rollouts: int
+    failed_distills: int
+    tokens: int
+    wall_s: float
+    tail_ms: float  # last distillation's return → bank updated and next prompt rendered
+    tail_encoder_ms: float  # the part of the tail spent waiting for the encoder
+    checkpoint_ms: float = 0.0
+
+    @property
+    def answers(self) -> list[str | None]:
+        return [r.answer for r in self.rollouts]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoundResult:
+        d = dict(d)
+        d["rollouts"] = [RolloutRecord(**r) for r in d["rollouts"]]
+        d["decisions"] = [Decision(**x) for x in d["decisions"]]
+        return cls(**d)
+
+
+@dataclass(kw_only=True)
+class RSEResult:
+    problem: str
+    answer: str | None
+    votes: int
+    total_votes: int
+    correct: bool | None
+    rounds: list[RoundResult]
+    bank_sizes: dict[str, int]
+    ledger: dict[str, Any]
+    wall_s: float
+    resumed_from_round: int = 0
+
+    @property
+    def accuracy_per_round(self) -> list[float | None]:
+        return [r.accuracy for r in self.rounds]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["accuracy_per_round"] = self.accuracy_per_round
+        return d

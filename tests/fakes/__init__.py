@@ -1,0 +1,1 @@
+"""Test doubles: scripted models for the scripted OpenAI-compatible server, naive references."""
