@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rse_fast.llm.client import LLMClient, Timeouts
 from rse_fast.errors import LLMError
+from rse_fast.llm.client import LLMClient, Timeouts
 from rse_fast.llm.retry import RetryPolicy
 from rse_fast.testing import Fault, ScriptedServer, fault_mix
 

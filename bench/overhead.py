@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rse_fast.llm.client import LLMClient
 from rse_fast.encoder import Encoder
+from rse_fast.llm.client import LLMClient
 from rse_fast.prompts import DISTILL_SYSTEM
-from rse_fast.rse.engine import RSE
 from rse_fast.rse.config import RSEConfig
+from rse_fast.rse.engine import RSE
 
 from common import write_result
 

@@ -25,12 +25,13 @@ def exact_dot(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def fast_dot(a: np.ndarray, b: np.ndarray) -> np.float32:
-    """SIMD float32 dot product (reassociated; only trusted outside the tie band)."""
+def fast_dot(a: np.ndarray, b: np.ndarray) -> float:
+    """SIMD float32 dot product (reassociated; only trusted outside the tie band), returned
+    widened to float64 (exact), as every caller compares it with a float64 τ."""
     s = np.float32(0.0)
     for k in range(a.shape[0]):
         s += a[k] * b[k]
-    return s
+    return float(s)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -72,7 +73,9 @@ def update_running_max(
 
 
 @nb.njit(cache=True, nogil=True)
-def first_exact_hit(rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: float):
+def first_exact_hit(
+    rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: float
+) -> tuple[int, float]:
     """First used row whose exact similarity to ``v`` is >= τ, as (row, sim); (-1, nan) if none.
 
     Only called for candidates whose float32 maximum fell inside the tie band (rare).
@@ -87,7 +90,9 @@ def first_exact_hit(rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: f
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def scan_one(rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: float, chunk: int):
+def scan_one(
+    rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: float, chunk: int
+) -> tuple[int, float, float, int]:
     """B=1 path: one parallel pass over the used rows, stopping at the first row >= τ.
 
     Returns (hit_row, hit_sim, max_sim, max_row). A chunk is skipped only when a chunk with a

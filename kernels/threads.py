@@ -26,5 +26,5 @@ def set_threads(n: int | None = None) -> int:
     cores = available_cores()
     n = cores if n is None else max(1, min(int(n), cores))
     threadpool_limits(limits=n, user_api="blas")
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(n, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
     return n

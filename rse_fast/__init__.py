@@ -69,6 +69,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "RSE",
     "BuildError",
     "Candidate",
     "ChatResult",
@@ -95,7 +96,6 @@ __all__ = [
     "ModelNotFoundError",
     "Problem",
     "Progress",
-    "RSE",
     "RSEConfig",
     "RSEFastError",
     "RSEResult",

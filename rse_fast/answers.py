@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -116,7 +116,10 @@ class Vote:
         return self.count / self.total if self.total else 0.0
 
 
-def majority_vote(answers: Sequence[str | None], equivalent=answers_equivalent) -> Vote:
+def majority_vote(
+    answers: Sequence[str | None],
+    equivalent: Callable[[str | None, str | None], bool] = answers_equivalent,
+) -> Vote:
     """Cluster equivalent answers; the largest cluster wins, ties go to the earliest cluster."""
     reps: list[str] = []
     counts: list[int] = []

@@ -9,19 +9,20 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rse_fast.rse.config import RSEConfig
-    from rse_fast.rse.results import RSEResult
+    from rse_fast.rse.results import Progress, RSEResult
 
 
-def _progress_printer(stream: Any = None):
+def _progress_printer(stream: Any = None) -> Callable[[Progress], None]:
     """Live one-line progress on a terminal; one line per round otherwise."""
     stream = stream or sys.stderr
     live = stream.isatty()
 
-    def show(p: Any) -> None:
+    def show(p: Progress) -> None:
         line = (
             f"round {p.round}/{p.rounds}: rollouts {p.rollouts_done}/{p.k}, "
             f"distilled {p.distills_done}/{p.k}, failed {p.failures} | bank "
@@ -45,7 +46,7 @@ def demo_problem(problem_id: str) -> dict[str, str]:
     )
     for item in data:
         if item["id"] == problem_id:
-            return item
+            return {"problem": str(item["problem"]), "answer": str(item["answer"])}
     raise SystemExit(f"no demo problem {problem_id!r}; choose one of {[d['id'] for d in data]}")
 
 
@@ -115,8 +116,8 @@ async def _connect(
 
 async def _solve(args: argparse.Namespace) -> RSEResult:
     from rse_fast.encoder import Encoder
-    from rse_fast.rse.engine import RSE
     from rse_fast.llm.trace import JsonlTrace
+    from rse_fast.rse.engine import RSE
 
     cfg = _config(args, local=not (args.base_url or os.environ.get("OPENAI_BASE_URL")))
     async with contextlib.AsyncExitStack() as stack:
@@ -193,9 +194,9 @@ def add_local_parser(sub: Any) -> None:
 def _local(args: argparse.Namespace) -> int:
     import time
 
-    from rse_fast.local.server import LocalServer, serve_forever, setup
     from rse_fast.local.build import build_server
     from rse_fast.local.models import fetch_model
+    from rse_fast.local.server import LocalServer, serve_forever, setup
     from rse_fast.registry import default_llm
 
     if args.local_command == "setup":
@@ -250,11 +251,11 @@ def add_eval_parser(sub: Any) -> None:
 async def _eval(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from rse_fast.llm.client import LLMClient
     from rse_fast.encoder import Encoder
     from rse_fast.eval.datasets import load_dataset
     from rse_fast.eval.report import write_report
     from rse_fast.eval.runner import EvalPlan, run_eval
+    from rse_fast.llm.client import LLMClient
     from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
 
     ds = load_dataset(args.dataset, args.limit, args.seed)

@@ -181,7 +181,7 @@ class Encoder:
         pooled /= np.maximum(maskf.sum(axis=1, keepdims=True), np.float32(1))
         norms = np.sqrt(np.einsum("ij,ij->i", pooled, pooled))[:, None]
         pooled /= np.maximum(norms, np.float32(1e-12))
-        return pooled
+        return np.asarray(pooled, dtype=np.float32)
 
     def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         if self.provider == CUDA:  # IO binding: inputs copied once, output fetched once
@@ -191,4 +191,4 @@ class Encoder:
             binding.bind_output(self._output)
             self._session.run_with_iobinding(binding)
             return np.asarray(binding.copy_outputs_to_cpu()[0], dtype=np.float32)
-        return self._session.run([self._output], feeds)[0]
+        return np.asarray(self._session.run([self._output], feeds)[0], dtype=np.float32)

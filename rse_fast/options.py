@@ -25,14 +25,14 @@ def checked_options(cls: type[T]) -> type[T]:
     """Class decorator for a dataclass: an unknown keyword raises UnknownOptionError (a
     ValueError and TypeError) that lists the valid field names."""
     valid = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
-    init: Callable[..., None] = cls.__init__  # type: ignore[misc]
+    init: Callable[..., None] = cls.__init__
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         reject_unknown(cls.__name__, kwargs, valid)
         init(self, *args, **kwargs)
 
-    cls.__init__ = __init__  # type: ignore[misc]
+    setattr(cls, "__init__", __init__)  # noqa: B010 - mypy forbids assigning a method
     return cls
 
 

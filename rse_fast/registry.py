@@ -210,7 +210,9 @@ def _locate(folder: Path, spec: FileSpec, model: str) -> Path:
         packaged = Path(str(importlib.resources.files(spec.module))) / spec.name
         if packaged.is_file():
             return packaged
-    hint = f"install it with `pip install {spec.package}`" if spec.package else f"put it in {folder}"
+    hint = (
+        f"install it with `pip install {spec.package}`" if spec.package else f"put it in {folder}"
+    )
     raise ModelNotFoundError(f"{spec.name} of encoder model {model!r} not found: {hint}")
 
 

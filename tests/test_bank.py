@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rse_fast.rse.bank import Experience, ExperienceBank
 from rse_fast.prompts import PITFALLS_HEADER, PROPOSITIONS_HEADER
+from rse_fast.rse.bank import Experience, ExperienceBank
 
 TAU = {"positive": 0.9, "negative": 0.9}
 

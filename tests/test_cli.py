@@ -6,9 +6,10 @@ import json
 
 import pytest
 from conftest import threaded_server
-from fakes.scripted_model import GOLD, PROBLEM, reply
 
 from rse_fast import cli
+
+from fakes.scripted_model import GOLD, PROBLEM, reply
 
 
 def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):

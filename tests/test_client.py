@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from rse_fast.llm.client import LLMClient, Timeouts
 from rse_fast.errors import (
     LLMBadRequestError,
     LLMConnectionError,
@@ -16,6 +15,7 @@ from rse_fast.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
+from rse_fast.llm.client import LLMClient, Timeouts
 from rse_fast.llm.retry import RetryPolicy, parse_retry_after
 from rse_fast.llm.routing import Endpoint
 from rse_fast.testing import Fault, Rule, ScriptedServer

@@ -6,9 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from fakes.scripted_tts import reply
 
-from rse_fast.llm.client import LLMClient
 from rse_fast.eval.datasets import load_dataset, run_humaneval
 from rse_fast.eval.metrics import (
     mean_pairwise_cosine,
@@ -19,8 +17,11 @@ from rse_fast.eval.metrics import (
 )
 from rse_fast.eval.report import aggregate, load_records, write_report
 from rse_fast.eval.runner import EvalPlan, run_eval
+from rse_fast.llm.client import LLMClient
 from rse_fast.methods import make_method
 from rse_fast.testing import ScriptedServer
+
+from fakes.scripted_tts import reply
 
 
 def test_metrics_on_hand_made_pools():

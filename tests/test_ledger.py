@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from rse_fast.llm.types import Usage
 from rse_fast.llm.ledger import Ledger, approx_token_count, count_prompt_tokens
+from rse_fast.llm.types import Usage
 
 
 def test_totals_by_role_and_exploration_split():

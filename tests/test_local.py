@@ -8,13 +8,13 @@ import os
 
 import pytest
 
-from rse_fast.llm.client import LLMClient
 from rse_fast.encoder import Encoder
 from rse_fast.errors import ModelNotFoundError
-from rse_fast.local.server import LocalServer, LocalServerError, setup
+from rse_fast.llm.client import LLMClient
 from rse_fast.local.models import resolve_gguf
-from rse_fast.rse.engine import RSE
+from rse_fast.local.server import LocalServer, LocalServerError, setup
 from rse_fast.rse.config import RSEConfig
+from rse_fast.rse.engine import RSE
 
 MODEL = "smollm2-135m"
 MSG = [{"role": "user", "content": "Name three colours."}]

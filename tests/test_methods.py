@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
-from fakes.scripted_tts import GOLD, PROBLEM, reply
 
-from rse_fast.llm.client import LLMClient
 from rse_fast.encoder import Encoder
+from rse_fast.llm.client import LLMClient
 from rse_fast.methods import METHODS, Problem, make_method
 from rse_fast.methods.judge import parse_score
 from rse_fast.testing import ScriptedServer
+
+from fakes.scripted_tts import GOLD, PROBLEM, reply
 
 BUDGET = 3000
 

@@ -6,6 +6,15 @@ import json
 
 import pytest
 from conftest import threaded_server
+
+from rse_fast.encoder import Encoder
+from rse_fast.errors import RoundFailedError
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.retry import RetryPolicy
+from rse_fast.rse.config import RSEConfig
+from rse_fast.rse.engine import RSE
+from rse_fast.testing import Fault, ScriptedServer
+
 from fakes.scripted_model import (
     FACT,
     GOLD,
@@ -17,14 +26,6 @@ from fakes.scripted_model import (
     reply,
     rollout_index,
 )
-
-from rse_fast.llm.client import LLMClient
-from rse_fast.encoder import Encoder
-from rse_fast.errors import RoundFailedError
-from rse_fast.llm.retry import RetryPolicy
-from rse_fast.rse.engine import RSE
-from rse_fast.rse.config import RSEConfig
-from rse_fast.testing import Fault, ScriptedServer
 
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.001, max_delay_s=0.002)
 

@@ -13,11 +13,12 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from fakes.scripted_model import GOLD, PROBLEM, reply
 
 from rse_fast.llm import RetryPolicy
 from rse_fast.serve.app import ServeConfig, Service
 from rse_fast.testing import Fault, ScriptedServer
+
+from fakes.scripted_model import GOLD, PROBLEM, reply
 
 
 @contextlib.asynccontextmanager

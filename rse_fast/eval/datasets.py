@@ -40,7 +40,9 @@ class Dataset:
         if self.kind == "verifiable":
             scorer = problem.meta.get("scorer")
             if scorer is not None:
-                return scorer(extract_answer(text) or (text.strip().splitlines() or [""])[-1])
+                return float(
+                    scorer(extract_answer(text) or (text.strip().splitlines() or [""])[-1])
+                )
             return float(answers_equivalent(extract_answer(text), problem.gold))
         if self.kind == "code":
             return run_humaneval(problem, text)

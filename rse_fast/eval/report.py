@@ -41,12 +41,13 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
     for (method, budget), recs in sorted(groups.items()):
         finals, oracles, singles = [], [], []
         for r in recs:
-            if noisy:
-                o = oracle_bias_corrected(r["pool_quality_first"], r["pool_quality_second"])
-            else:
-                o = oracle(r["pool_quality"])
+            best = (
+                oracle_bias_corrected(r["pool_quality_first"], r["pool_quality_second"])
+                if noisy
+                else oracle(r["pool_quality"])
+            )
             finals.append(r["final_quality"])
-            oracles.append(o)
+            oracles.append(best)
             singles.append(single.get(r["problem"], math.nan))
         f, o, s = mean(finals), mean(oracles), mean(singles)
         rounds = [
@@ -71,7 +72,9 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "oracle": o,
                 "single": s,
                 "headroom_recovered": (
-                    recovered_headroom(f, s, o) if None not in (f, o, s) else None
+                    recovered_headroom(f, s, o)
+                    if f is not None and s is not None and o is not None
+                    else None
                 ),
                 "rho_v": mean([r["rho_v"] for r in recs]),
                 "diversity": mean([r["diversity"] for r in recs]),

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rse_fast.llm.client import LLMClient
 from rse_fast.encoder import Encoder
 from rse_fast.eval.datasets import Dataset
 from rse_fast.eval.metrics import mean_pairwise_cosine, spearman
 from rse_fast.eval.report import load_records
+from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import Method, MethodResult, Problem
 from rse_fast.methods.judge import LLMJudge
@@ -152,8 +152,5 @@ async def _run_method(
 ) -> list[MethodResult]:
     if method.subsamples:
         full = await method.run(problem, max(budgets), client)
-        return [
-            full if b == full.budget else method.subsample(full, b)
-            for b in budgets
-        ]
+        return [full if b == full.budget else method.subsample(full, b) for b in budgets]
     return [await method.run(problem, b, client) for b in budgets]

@@ -24,7 +24,22 @@ _LAZY = {
     "CallRecord": "rse_fast.llm.ledger",
     "JsonlTrace": "rse_fast.llm.trace",
 }
-__all__ = ["CallRecord", "ChatResult", "Choice", "Endpoint", "EndpointPool", "JsonlTrace", "LLMClient", "Ledger", "Message", "RetryPolicy", "StreamEvent", "Timeouts", "Transport", "Usage"]
+__all__ = [
+    "CallRecord",
+    "ChatResult",
+    "Choice",
+    "Endpoint",
+    "EndpointPool",
+    "JsonlTrace",
+    "LLMClient",
+    "Ledger",
+    "Message",
+    "RetryPolicy",
+    "StreamEvent",
+    "Timeouts",
+    "Transport",
+    "Usage",
+]
 
 if TYPE_CHECKING:
     from rse_fast.llm.client import LLMClient

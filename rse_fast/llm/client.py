@@ -352,7 +352,9 @@ class LLMClient:
             # The server counted one choice only (llama.cpp with n > 1): add the others.
             k = min(range(len(counted)), key=lambda i: abs(counted[i] - completion))
             return dataclasses.replace(
-                reported, completion_tokens=completion + sum(counted) - counted[k], source="corrected"
+                reported,
+                completion_tokens=completion + sum(counted) - counted[k],
+                source="corrected",
             )
         return reported
 

@@ -151,7 +151,11 @@ class Transport:
                 try:
                     resp = await scope.enter_async_context(
                         self.session().request(
-                            verb, st.url + path, data=data, headers=self.headers(st), timeout=timeout
+                            verb,
+                            st.url + path,
+                            data=data,
+                            headers=self.headers(st),
+                            timeout=timeout,
                         )
                     )
                     if resp.status >= 400:

@@ -40,7 +40,8 @@ def is_verified(name: str) -> bool:
         stamp = json.loads(_stamp(path).read_text())
     except (OSError, ValueError):
         return False
-    return stamp == {"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    expected = {"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return bool(stamp == expected)
 
 
 def _wheel(package: str, dest: Path, log: Log) -> Path:

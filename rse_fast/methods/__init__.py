@@ -24,7 +24,23 @@ _LAZY = {
     "Refinement": "rse_fast.methods.refine",
     "RSEMethod": "rse_fast.methods.rse_method",
 }
-__all__ = ["BeamSearch", "BestOfN", "Candidate", "Fusion", "HTTPRewardModel", "LLMJudge", "METHODS", "Method", "MethodResult", "ParticleFilter", "Problem", "RSEMethod", "Refinement", "SelfConsistency", "make_method"]
+__all__ = [
+    "METHODS",
+    "BeamSearch",
+    "BestOfN",
+    "Candidate",
+    "Fusion",
+    "HTTPRewardModel",
+    "LLMJudge",
+    "Method",
+    "MethodResult",
+    "ParticleFilter",
+    "Problem",
+    "RSEMethod",
+    "Refinement",
+    "SelfConsistency",
+    "make_method",
+]
 
 if TYPE_CHECKING:
     from rse_fast.methods.base import Candidate, Method, MethodResult, Problem

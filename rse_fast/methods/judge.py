@@ -9,12 +9,13 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
-from rse_fast.llm.types import Usage
-from rse_fast.llm.client import LLMClient
 from rse_fast.errors import LLMError
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.types import Usage
 from rse_fast.prompts import JUDGE_SCHEMA, judge_messages, rubric_messages
 
 _SCORE = re.compile(r'"?score"?\s*[:=]\s*(\d+(?:\.\d+)?)', re.IGNORECASE)
@@ -62,7 +63,7 @@ class LLMJudge:
             if rubric is not None
             else judge_messages(problem, response, partial)
         )
-        params = dict(
+        params: dict[str, Any] = dict(
             role="judge", task=task, temperature=0.0, max_tokens=self.max_tokens, seed=seed
         )
         try:

@@ -6,14 +6,14 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from rse_fast.rse.bank import ExperienceBank
-from rse_fast.llm.client import LLMClient
 from rse_fast.encoder import Encoder
+from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend
 from rse_fast.methods.sampling import vote_final
-from rse_fast.rse.engine import RSE
+from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.config import RSEConfig
+from rse_fast.rse.engine import RSE
 
 
 class RSEMethod(Method):

@@ -96,12 +96,15 @@ class _Stepwise(Method):
     ) -> tuple[list[Path], list[Path], int]:
         raise NotImplementedError
 
+    def _forget_costs(self) -> None:
+        self._per_ext: float | None = None  # measured cost of one extension (step + judge)
+
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
         """Independent searches one after another while the budget lasts: when every path of a
         search finishes early, the rest of the budget widens the pool with a new search."""
         c = client.with_ledger(Ledger())
         spend = Spend(c.ledger, budget)
-        self._per_ext: float | None = None  # measured cost of one extension (step + judge)
+        self._forget_costs()
         finished: list[Path] = []
         frontier: list[Path] = []
         # Size the first search from a pessimistic guess (every step at its token cap, three

@@ -22,7 +22,21 @@ _LAZY = {
     "Checkpoint": "rse_fast.rse.checkpoint",
     "parse_distillation": "rse_fast.rse.distill",
 }
-__all__ = ["Checkpoint", "Decision", "Experience", "ExperienceBank", "InsertResult", "Progress", "RSE", "RSEConfig", "RSEResult", "RolloutRecord", "RoundResult", "SimilarityIndex", "parse_distillation"]
+__all__ = [
+    "RSE",
+    "Checkpoint",
+    "Decision",
+    "Experience",
+    "ExperienceBank",
+    "InsertResult",
+    "Progress",
+    "RSEConfig",
+    "RSEResult",
+    "RolloutRecord",
+    "RoundResult",
+    "SimilarityIndex",
+    "parse_distillation",
+]
 
 if TYPE_CHECKING:
     from rse_fast.rse.bank import Decision, Experience, ExperienceBank
@@ -31,6 +45,6 @@ if TYPE_CHECKING:
     from rse_fast.rse.distill import parse_distillation
     from rse_fast.rse.engine import RSE
     from rse_fast.rse.index import InsertResult, SimilarityIndex
-    from rse_fast.rse.results import Progress, RSEResult, RolloutRecord, RoundResult
+    from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
 
 __getattr__, __dir__ = attach(__name__, _LAZY, globals())

@@ -12,9 +12,9 @@ from typing import Literal
 
 import numpy as np
 
-from rse_fast.rse.index import SimilarityIndex, normalize_rows
 from rse_fast.llm.ledger import approx_token_count
 from rse_fast.prompts import render_experiences
+from rse_fast.rse.index import SimilarityIndex, normalize_rows
 
 Kind = Literal["positive", "negative"]
 KINDS: tuple[Kind, Kind] = ("negative", "positive")  # negatives render first
@@ -142,7 +142,11 @@ class ExperienceBank:
         tmp_json, tmp_npz = base.with_suffix(".json.tmp"), base.with_suffix(".npz.tmp")
         tmp_json.write_text(json.dumps(meta, indent=1, ensure_ascii=False))
         with open(tmp_npz, "wb") as fh:
-            np.savez(fh, **{k: self.indexes[k].vectors for k in KINDS})
+            np.savez(
+                fh,
+                negative=self.indexes["negative"].vectors,
+                positive=self.indexes["positive"].vectors,
+            )
         os.replace(tmp_npz, base.with_suffix(".npz"))
         os.replace(tmp_json, base.with_suffix(".json"))
 

@@ -14,8 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rse_fast.rse.bank import ExperienceBank
 from rse_fast.llm.ledger import CallRecord, Ledger
+from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.results import RoundResult
 
 

@@ -18,14 +18,15 @@ import numpy as np
 
 from rse_fast import kernels
 from rse_fast.answers import answers_equivalent, extract_answer, majority_vote
-from rse_fast.rse.bank import Decision, Experience, ExperienceBank
-from rse_fast.rse.checkpoint import Checkpoint
-from rse_fast.llm.client import LLMClient
-from rse_fast.rse.distill import parse_distillation
 from rse_fast.encoder import Encoder
 from rse_fast.errors import LLMError, RoundFailedError
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.types import Message
 from rse_fast.prompts import distill_messages, distill_schema, solve_messages
+from rse_fast.rse.bank import Decision, Experience, ExperienceBank
+from rse_fast.rse.checkpoint import Checkpoint
 from rse_fast.rse.config import RSEConfig
+from rse_fast.rse.distill import parse_distillation
 from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
 from rse_fast.sync import run_sync
 
@@ -218,7 +219,7 @@ class RSE:
     async def _rollout_and_distill(
         self,
         problem: str,
-        messages: list,
+        messages: list[Message],
         r: int,
         i: int,
         gold: str | None,

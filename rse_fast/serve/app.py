@@ -17,18 +17,18 @@ from typing import Any
 
 from aiohttp import web
 
-from rse_fast.llm.client import LLMClient
 from rse_fast.errors import (
     LLMBadRequestError,
-    ServiceError,
     LLMConnectionError,
     LLMError,
     LLMRateLimitError,
     LLMTimeoutError,
     RoundFailedError,
+    ServiceError,
 )
-from rse_fast.serve.requests import MethodRequest, parse_method_request, run_method
+from rse_fast.llm.client import LLMClient
 from rse_fast.serve.metrics import Metrics
+from rse_fast.serve.requests import MethodRequest, parse_method_request, run_method
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 API_KEY: Any = web.RequestKey("api_key", str) if hasattr(web, "RequestKey") else "api_key"
@@ -223,7 +223,9 @@ class Service:
             or not messages
             or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
         ):
-            raise ServiceError(400, "'messages' must be a non-empty list of {role, content} objects")
+            raise ServiceError(
+                400, "'messages' must be a non-empty list of {role, content} objects"
+            )
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise ServiceError(400, "'model' must be a non-empty string")
         return body

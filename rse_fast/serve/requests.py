@@ -91,8 +91,8 @@ async def run_method(
     view.model = spec.upstream_model
     details: dict[str, Any] = {"method": spec.method}
     if spec.method == "rse":
-        from rse_fast.rse.engine import RSE
         from rse_fast.rse.config import RSEConfig
+        from rse_fast.rse.engine import RSE
 
         cfg = RSEConfig(
             rounds=spec.rounds,

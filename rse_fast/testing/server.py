@@ -258,7 +258,7 @@ class ScriptedServer:
         model = body.get("model") or self.model
 
         def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
-            data = {
+            data: dict[str, Any] = {
                 "id": "chatcmpl-stream",
                 "object": "chat.completion.chunk",
                 "model": model,
@@ -278,7 +278,7 @@ class ScriptedServer:
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
             }
-            data = {
+            data: dict[str, Any] = {
                 "id": "chatcmpl-stream",
                 "object": "chat.completion.chunk",
                 "model": model,
