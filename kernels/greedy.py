@@ -1,4 +1,4 @@
-"""Exact incremental greedy deduplication of a batch against a bank (DESIGN.md §4).
+"""Exact incremental greedy deduplication of a batch against a bank.
 
 Phase 1 folds tiled BLAS GEMMs of the used bank rows against the batch into a running
 max/argmax, so no B×N matrix is ever materialised. Phase 2 takes the B×B Gram of the batch and

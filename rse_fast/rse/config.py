@@ -12,7 +12,27 @@ from rse_fast.options import checked_options
 @checked_options
 @dataclass(frozen=True)
 class RSEConfig:
-    """Rounds R, samples per round K_r, τ per experience type, sampling and distillation."""
+    """Rounds R, samples per round K_r, τ per experience type, sampling and distillation.
+
+    Fields:
+        rounds: R; round 1 is plain parallel sampling (the bank is empty).
+        k: rollouts per round, one value for all rounds or a list of K_r.
+        tau_positive, tau_negative: dedup thresholds in (-1, 1]: a new experience whose cosine
+            to a kept one of its type is >= τ is a repeat and is not added.
+        temperature, top_p, top_k, max_tokens, seed: rollout sampling (seed None: unseeded;
+            otherwise rollout i of round r uses ``seed + 1000 r + i``).
+        distill_temperature, distill_max_tokens: the distillation call.
+        max_experiences_per_rollout, max_words_per_experience, max_chars_per_experience:
+            what one distillation may add, and how long each statement may be.
+        attempt_max_chars: longer attempts are clipped (head and tail kept) for the distiller.
+        max_rendered_per_type, bank_token_budget: how much of the bank the prompt shows.
+        use_json_schema: ask for JSON-schema constrained distillation output (servers that
+            refuse it are asked without, and the reply parsed tolerantly).
+        dedup_order: ``rollout`` (rollout index, then position) or ``shortest`` first.
+        select_from: the final vote counts ``all`` rounds' answers or the ``last`` round's.
+
+    An unknown field name raises ``UnknownOptionError`` (a ValueError) listing these.
+    """
 
     rounds: int = 4
     k: int | Sequence[int] = 8  # one K for every round, or K_r per round

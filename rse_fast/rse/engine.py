@@ -50,7 +50,26 @@ def _clip_attempt(text: str, limit: int) -> str:
 
 
 class RSE:
-    """``await RSE(client, encoder, config).solve(problem)``; ``solve_sync`` for scripts."""
+    """Recycling Search Experience: rounds of parallel rollouts steered by an experience bank.
+
+    Args:
+        client: the policy model's :class:`~rse_fast.llm.client.LLMClient` (it also distils:
+            RSE needs no reward model and no gold answer).
+        encoder: sentence encoder for dedup (the bundled all-MiniLM-L6-v2 by default).
+        config: :class:`~rse_fast.rse.config.RSEConfig` (rounds, K, τ, sampling, ...).
+        checkpoint_dir: write an atomic checkpoint after each round there; ``solve(...,
+            resume=True)`` continues from it, losing at most the round in flight.
+        progress: called with a :class:`~rse_fast.rse.results.Progress` after every rollout,
+            distillation and round.
+
+    Example::
+
+        async with LLMClient("http://127.0.0.1:8000/v1", "qwen") as client:
+            result = await RSE(client, config=RSEConfig(rounds=3, k=8)).solve("17 * 23?")
+            result.answer, result.votes, result.accuracy_per_round, result.bank_sizes
+
+    From sync code: ``RSE(client).solve_sync(problem)``.
+    """
 
     def __init__(
         self,
@@ -87,7 +106,19 @@ class RSE:
         resume: bool = False,
         bank: ExperienceBank | None = None,
     ) -> RSEResult:
-        """Run the configured rounds; ``resume`` continues from the last checkpoint."""
+        """Run the configured rounds and return the voted answer with every round's record.
+
+        Args:
+            problem: the task text.
+            gold: a reference answer, used only to report accuracy (never shown to the model).
+            resume: continue from the last checkpoint in ``checkpoint_dir`` (a checkpoint of
+                another problem is refused).
+            bank: start from an existing experience bank (e.g. from a related problem).
+
+        Raises:
+            RoundFailedError: every rollout of a round failed (the checkpoint stays intact).
+            ValueError: an empty problem.
+        """
         if not isinstance(problem, str) or not problem.strip():
             raise ValueError("problem must be a non-empty string")
         t0 = time.perf_counter()

@@ -139,7 +139,32 @@ class SimilarityIndex:
     def insert(
         self, vectors: object, tau: float, keys: Sequence[str | bytes] | None = None
     ) -> InsertResult:
-        """Greedily insert a batch in order; see the module docstring for the exact rule."""
+        """Greedily insert a batch in order; see the module docstring for the exact rule.
+
+        Args:
+            vectors: (B, dim) real array (any float dtype; rows need not be unit length).
+            tau: threshold in (-1, 1]: a candidate whose cosine to a stored row or to an
+                earlier *accepted* candidate is >= tau is rejected (ties reject).
+            keys: optional per-row identity (text or bytes): a repeated key is an exact
+                duplicate, caught before any arithmetic. Without keys, the normalised
+                vector's bytes are the key.
+
+        Returns:
+            :class:`InsertResult`, per candidate in input order: accepted, the best
+            similarity seen, the row (bank or batch) that caused a rejection, and the new
+            row index of accepted ones.
+
+        Raises:
+            ValueError: wrong dim, NaN/inf, zero rows, tau out of range, bad keys; the index
+                is left untouched.
+
+        Example::
+
+            index = SimilarityIndex(dim=3)
+            res = index.insert(np.eye(3, dtype=np.float32), tau=0.9)
+            res.accepted.tolist()  # [True, True, True]
+            index.insert(np.array([[1.0, 0.1, 0.0]]), tau=0.9).accepted.tolist()  # [False]
+        """
         t = _validate_tau(tau)
         unit = normalize_rows(vectors, self._dim)
         digests = _digests(unit, keys)
