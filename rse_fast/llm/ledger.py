@@ -35,7 +35,7 @@ def count_prompt_tokens(messages: Iterable[Message], counter: TokenCounter) -> i
     return total
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallRecord:
     role: str
     prompt_tokens: int
@@ -95,16 +95,14 @@ class Ledger:
     ) -> None:
         self.record(
             CallRecord(
-                role,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                latency_s,
-                endpoint,
-                n,
-                usage.source,
-                True,
-                None,
-                task,
+                role=role,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                latency_s=latency_s,
+                endpoint=endpoint,
+                n=n,
+                usage_source=usage.source,
+                task=task,
             )
         )
 
@@ -118,16 +116,15 @@ class Ledger:
     ) -> None:
         self.record(
             CallRecord(
-                role,
-                0,
-                0,
-                latency_s,
-                endpoint,
-                0,
-                "reported",
-                False,
-                f"{type(error).__name__}: {error}",
-                task,
+                role=role,
+                prompt_tokens=0,
+                completion_tokens=0,
+                latency_s=latency_s,
+                endpoint=endpoint,
+                n=0,
+                ok=False,
+                error=f"{type(error).__name__}: {error}",
+                task=task,
             )
         )
 
