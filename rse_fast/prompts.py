@@ -1,8 +1,8 @@
 """Every prompt template of the project, in one place.
 
 Each builder returns OpenAI chat messages. Experience texts are inserted verbatim; the guided
-solve prompt lists pitfalls first (as the reference implementation did) and frames propositions
-as claims to verify before use, since the distiller never sees a gold answer.
+solve prompt gives the rules for using recycled experience, lists pitfalls first and frames
+propositions as hypotheses to verify, since the distiller never sees a gold answer.
 """
 
 from __future__ import annotations
@@ -17,16 +17,55 @@ SOLVE_SYSTEM = (
     "final answer written as \\boxed{answer}."
 )
 
-GUIDED_HEADER = "Notes from earlier attempts at this same problem (they may contain mistakes):"
-PITFALLS_HEADER = "Pitfalls to avoid (errors and dead ends seen before):"
-PROPOSITIONS_HEADER = "Propositions found before (unverified: check each one before relying on it):"
+#: The guidance shown above the bank. Why each rule: the bank is written by the same model
+#: without a gold answer, so it holds wrong claims; small models copy numbers and final
+#: answers from it, repeat listed mistakes, and spiral when notes contradict each other.
+GUIDED_RULES = (
+    "Below is experience collected from earlier attempts at {origin}. Nobody has checked it "
+    "against a correct answer, and parts of it are wrong. Use it this way:\n"
+    "1. Pitfalls first. Never repeat one: when your reasoning reaches the situation a pitfall "
+    "describes, take a different route at that point.\n"
+    "2. Propositions are hypotheses about the structure of the problem, not facts. Before you "
+    "rely on one, check that its conditions hold here and derive it again yourself. General "
+    "insights (identities, invariants, reformulations) are worth more than specific values.\n"
+    "3. Distrust every number and every final answer written below. Use only numbers you "
+    "derive yourself in this attempt.\n"
+    "4. If the experience contradicts itself or your own derivation, go back to the problem "
+    "statement, question the assumptions you started from, and rebuild from there."
+)
+ORIGIN_SAME = "this same problem"
+ORIGIN_RELATED = "related problems (not this one: check that each item applies at all)"
+PITFALLS_HEADER = "Pitfalls to avoid (context, kind: trigger -> wrong move -> consequence):"
+PROPOSITIONS_HEADER = "Propositions to verify before use (statement; conditions; how obtained):"
+PITFALL_KINDS = ("dead end", "fatal flaw", "risk")
 
 
-def render_experiences(negatives: Sequence[str], positives: Sequence[str]) -> str:
-    """The bank as prompt text; empty when both lists are empty."""
+def render_proposition(statement: str, conditions: str = "", source: str = "") -> str:
+    """One line for a proposition: the claim, when it holds, and how it was obtained."""
+    line = statement.strip()
+    extra = [f"holds if {conditions.strip()}" if conditions.strip() else ""]
+    extra.append(f"from {source.strip()}" if source.strip() else "")
+    extra = [e for e in extra if e]
+    return f"{line} ({'; '.join(extra)})" if extra else line
+
+
+def render_pitfall(
+    context: str = "", kind: str = "", trigger: str = "", action: str = "", consequence: str = ""
+) -> str:
+    """One line for a pitfall: ``[kind] context: trigger -> action -> consequence``."""
+    chain = " -> ".join(p.strip() for p in (trigger, action, consequence) if p.strip())
+    head = f"[{kind.strip()}] " if kind.strip() else ""
+    body = f"{context.strip()}: {chain}" if context.strip() and chain else context.strip() or chain
+    return head + body
+
+
+def render_experiences(
+    negatives: Sequence[str], positives: Sequence[str], same_problem: bool = True
+) -> str:
+    """The bank as prompt text (rules, pitfalls, then propositions); "" when both are empty."""
     if not negatives and not positives:
         return ""
-    parts = [GUIDED_HEADER]
+    parts = [GUIDED_RULES.format(origin=ORIGIN_SAME if same_problem else ORIGIN_RELATED)]
     if negatives:
         parts.append(PITFALLS_HEADER + "\n" + "\n".join(f"- {t}" for t in negatives))
     if positives:
@@ -35,40 +74,75 @@ def render_experiences(negatives: Sequence[str], positives: Sequence[str]) -> st
 
 
 def solve_messages(problem: str, experience_block: str = "") -> list[Message]:
-    """Round r's prompt u_r = Prompt(x, E_pos, E_neg); plain sampling when the bank is empty."""
-    user = f"Problem:\n{problem.strip()}"
-    if experience_block:
-        user += f"\n\n{experience_block}"
-    user += "\n\nSolve the problem. Put the final answer in \\boxed{}."
-    return [{"role": "system", "content": SOLVE_SYSTEM}, {"role": "user", "content": user}]
+    """Round r's prompt u_r = Prompt(x, E_pos, E_neg): the guidance and the bank in the system
+    turn, the problem in the user turn; plain sampling when the bank is empty."""
+    system = SOLVE_SYSTEM + (f"\n\n{experience_block}" if experience_block else "")
+    user = f"Problem:\n{problem.strip()}\n\nSolve the problem. Put the final answer in \\boxed{{}}."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 DISTILL_SYSTEM = (
-    "You review one attempted solution of a problem. You do not know the correct answer, and the "
-    "attempt may be wrong: treat every claim in it as an unverified hypothesis and check it "
-    "yourself. Reply with JSON only."
+    "You review one attempt at a problem to extract lessons for later attempts. You do not "
+    "know the correct answer and the attempt may be wrong: treat everything it claims as an "
+    "unverified hypothesis and check each step yourself. Reply with JSON only."
 )
 
 
-def distill_messages(problem: str, attempt: str, max_items: int, max_words: int) -> list[Message]:
-    """Distil(x, ω) → {"positive": [...], "negative": [...]}."""
+def distill_messages(
+    problem: str,
+    response: str,
+    max_items: int,
+    max_words: int,
+    reasoning: str | None = None,
+    truncated: bool = False,
+) -> list[Message]:
+    """Distil(x, ω): the problem, the attempt's reasoning trace (when the model has one: its dead
+    ends are there) and its final response → structured propositions and pitfalls."""
+    attempt = ""
+    if reasoning:
+        attempt += f"Reasoning trace of the attempt:\n{reasoning.strip()}\n\n"
+    attempt += f"Final response of the attempt:\n{response.strip() or '(none)'}"
+    if truncated:
+        attempt += "\n\n(The attempt was cut off by its length limit before it finished.)"
     user = (
-        f"Problem:\n{problem.strip()}\n\nAttempted solution:\n{attempt.strip()}\n\n"
-        "Extract reusable experience for future attempts at this same problem:\n"
-        '- "positive": propositions, lemmas or intermediate results from the attempt that you '
-        "checked and found correct;\n"
-        '- "negative": mistakes, false assumptions, fatal flaws or dead ends you found in it.\n'
-        f"Each item: one atomic statement of at most {max_words} words, self-contained (restate "
-        'what it is about; never say "the attempt" or "step 3"). At most '
-        f"{max_items} items per list; an empty list is fine.\n"
-        'Reply with JSON only: {"positive": ["..."], "negative": ["..."]}'
+        f"Problem:\n{problem.strip()}\n\n{attempt}\n\n"
+        "Extract what a later attempt can reuse:\n"
+        '- "propositions": intermediate results, lemmas or useful reformulations from the '
+        "attempt that you re-derived and found correct. Give each one's statement, the "
+        "conditions under which it holds, and its source (how it was derived). State methods "
+        "and relationships, not final answers.\n"
+        '- "pitfalls": where the attempt went wrong, got stuck, or took a risk. Give the '
+        "context, the kind (dead end, fatal flaw or risk), the trigger, the wrong move made, "
+        "and its consequence.\n"
+        f"Each field is short (all fields of an item together at most {max_words} words) and "
+        'self-contained: name the quantities involved, never say "the attempt" or "step '
+        '3". Do not restate the problem or these instructions. At most '
+        f"{max_items} items per list; empty lists are fine."
     )
     return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
 
 
 def distill_schema(max_items: int) -> dict[str, Any]:
     """``response_format`` for servers with JSON-schema constrained decoding."""
-    items = {"type": "array", "items": {"type": "string"}, "maxItems": max_items}
+    text = {"type": "string"}
+    proposition = {
+        "type": "object",
+        "properties": {"statement": text, "conditions": text, "source": text},
+        "required": ["statement", "conditions", "source"],
+        "additionalProperties": False,
+    }
+    pitfall = {
+        "type": "object",
+        "properties": {
+            "context": text,
+            "kind": {"type": "string", "enum": list(PITFALL_KINDS)},
+            "trigger": text,
+            "action": text,
+            "consequence": text,
+        },
+        "required": ["context", "kind", "trigger", "action", "consequence"],
+        "additionalProperties": False,
+    }
     return {
         "type": "json_schema",
         "json_schema": {
@@ -76,8 +150,11 @@ def distill_schema(max_items: int) -> dict[str, Any]:
             "strict": True,
             "schema": {
                 "type": "object",
-                "properties": {"positive": items, "negative": items},
-                "required": ["positive", "negative"],
+                "properties": {
+                    "propositions": {"type": "array", "items": proposition, "maxItems": max_items},
+                    "pitfalls": {"type": "array", "items": pitfall, "maxItems": max_items},
+                },
+                "required": ["propositions", "pitfalls"],
                 "additionalProperties": False,
             },
         },

@@ -46,6 +46,17 @@ def test_bad_input_leaves_the_bank_unchanged():
     assert bank.sizes() == {"negative": 0, "positive": 1} and bank.texts("positive") == ["x"]
 
 
+def exp_r(text: str, kind: str, round_: int, rollout: int = 0, position: int = 0) -> Experience:
+    return Experience(text=text, kind=kind, round=round_, rollout=rollout, position=position)
+
+
+def rules_tokens() -> int:
+    from rse_fast.llm.ledger import approx_token_count
+    from rse_fast.prompts import render_experiences
+
+    return approx_token_count(render_experiences(["x"], ["x"]))
+
+
 def test_render_empty_pitfalls_first_and_within_budget():
     bank = ExperienceBank(8)
     assert bank.render() == ""
@@ -55,10 +66,84 @@ def test_render_empty_pitfalls_first_and_within_budget():
     full = bank.render(token_budget=10_000)
     assert full.index(PITFALLS_HEADER) < full.index(PROPOSITIONS_HEADER)
     assert all(t in full for t in texts)
-    small = bank.render(token_budget=60)
-    assert len(small) // 4 <= 60 and small  # oldest dropped first, newest kept
-    assert texts[5] in small and texts[0] not in small
-    assert texts[4] in bank.render(max_per_kind=1) and texts[0] not in bank.render(max_per_kind=1)
+    budget = rules_tokens() + 40  # room for about three of the six statements
+    small = bank.render(token_budget=budget)
+    assert 0 < len(small) // 4 <= budget
+    shown = [t for t in texts if t in small]
+    # equal support and round: the first found are kept, in rank order, both kinds mixed
+    assert shown == texts[: len(shown)] and 2 <= len(shown) <= 4
+    assert bank.render(token_budget=rules_tokens() // 2) == ""  # not even the rules fit
+    one_each = bank.render(max_per_kind=1)
+    assert texts[0] in one_each and texts[1] in one_each and texts[2] not in one_each
+
+
+def test_support_counts_rollouts_that_rederive_and_ranks_rendering():
+    bank = ExperienceBank(8)
+    v = unit(3, seed=4)
+    bank.add(
+        [exp_r("first idea", "positive", 1, 0), exp_r("second idea", "positive", 1, 1)], v[:2], TAU
+    )
+    # round 2: three rollouts re-derive the second idea (one of them twice), one the first
+    again = [
+        exp_r("second idea, said again", "positive", 2, 0),
+        exp_r("second idea once more", "positive", 2, 1),
+        exp_r("second idea twice in one rollout", "positive", 2, 1, 1),
+        exp_r("first idea again", "positive", 2, 2),
+        exp_r("second idea, yes", "positive", 2, 3),
+    ]
+    decisions = bank.add(again, np.stack([v[1], v[1], v[1], v[0], v[1]]), TAU)
+    assert not any(d.accepted for d in decisions)
+    assert bank.support("positive") == [2, 4]  # distinct (round, rollout) pairs
+    assert bank.derived_by("positive", 1) == [(1, 1), (2, 0), (2, 1), (2, 3)]
+    assert bank.ranked("positive") == [1, 0]  # most support first
+    text = bank.render()
+    assert text.index("second idea") < text.index("first idea")
+    # candidates matched to one accepted earlier in the same batch count too
+    bank2 = ExperienceBank(8)
+    bank2.add(
+        [exp_r("x", "negative", 1, 0), exp_r("x'", "negative", 1, 1)], np.stack([v[2], v[2]]), TAU
+    )
+    assert bank2.support("negative") == [2]
+
+
+def test_recency_breaks_support_ties():
+    bank = ExperienceBank(8)
+    v = unit(2, seed=5)
+    bank.add([exp_r("old", "negative", 1)], v[:1], TAU)
+    bank.add([exp_r("new", "negative", 3)], v[1:], TAU)
+    assert bank.ranked("negative") == [1, 0]
+
+
+def test_replace_longer_policy_keeps_support_and_exactness():
+    v = unit(2, seed=6)
+    near = v[0] + 0.01 * v[1]
+    results = {}
+    for policy in ("keep-first", "replace-longer"):
+        bank = ExperienceBank(8, policy=policy)
+        bank.add([exp_r("short claim", "positive", 1, 0)], v[:1], TAU)
+        d = bank.add(
+            [
+                exp_r("a longer statement of the short claim", "positive", 2, 0),
+                exp_r("the longest statement of that same short claim", "positive", 2, 1),
+            ],
+            np.stack([near, near]),
+            TAU,
+        )
+        assert [x.accepted for x in d] == [False, False]  # decisions identical for both
+        results[policy] = (
+            bank.texts("positive"),
+            bank.support("positive"),
+            [x.replaced for x in d],
+        )
+        # the kept vector is the replacement's: an exact repeat of it is still caught
+        again = bank.add([exp_r("again", "positive", 3)], near[None, :], TAU)[0]
+        assert not again.accepted and again.similarity == pytest.approx(1.0, abs=1e-3)
+    assert results["keep-first"] == (["short claim"], [3], [False, False])
+    assert results["replace-longer"] == (
+        ["the longest statement of that same short claim"],
+        [3],
+        [False, True],
+    )
 
 
 def test_save_load_round_trip(tmp_path):
@@ -76,3 +161,38 @@ def test_load_reports_a_broken_bank(tmp_path):
     (tmp_path / "b.json").write_text("{}")
     with pytest.raises(ValueError, match="not a saved experience bank"):
         ExperienceBank.load(tmp_path / "b")
+
+
+def test_support_and_policy_survive_save_load(tmp_path):
+    bank = ExperienceBank(8, policy="replace-longer")
+    v = unit(1, seed=7)
+    bank.add([exp_r("a", "negative", 1, 0)], v, TAU)
+    bank.add([exp_r("a!", "negative", 2, 5)], v, TAU)
+    bank.problem_ids.add("p1")
+    bank.save(tmp_path / "bank")
+    loaded = ExperienceBank.load(tmp_path / "bank")
+    assert loaded.policy == "replace-longer" and loaded.problem_ids == {"p1"}
+    assert loaded.support("negative") == [2] and loaded.texts("negative") == ["a!"]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: p.with_suffix(".json").write_text(
+            '{"dim": 8, "items": {"negative": [{"text": 1}]'
+        ),
+        lambda p: p.with_suffix(".json").write_text(
+            '{"dim": 8, "items": {"negative": [{"txt": "a"}], "positive": []}}'
+        ),
+        lambda p: p.with_suffix(".json").write_text('{"dim": "eight", "items": {}}'),
+        lambda p: p.with_suffix(".npz").write_bytes(p.with_suffix(".npz").read_bytes()[:40]),
+        lambda p: p.with_suffix(".npz").unlink(),
+    ],
+)
+def test_damaged_bank_file_names_the_file(tmp_path, damage):
+    bank = ExperienceBank(8)
+    bank.add([exp("n1", "negative")], unit(1), TAU)
+    bank.save(tmp_path / "bank")
+    damage(tmp_path / "bank")
+    with pytest.raises(ValueError, match=str(tmp_path / "bank")):
+        ExperienceBank.load(tmp_path / "bank")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -221,3 +223,41 @@ def test_float64_input_is_accepted_as_float32():
     index = SimilarityIndex(4)
     index.insert(np.eye(4), 0.5)
     assert index.vectors.dtype == np.float32 and len(index) == 4
+
+
+def test_float64_rows_beyond_float32_range_are_refused():
+    index = SimilarityIndex(4)
+    rows = np.array([[1e300, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    with pytest.raises(ValueError, match=re.escape("beyond float32's range (rows [0])")):
+        index.insert(rows, 0.9)
+    assert len(index) == 0
+    index.insert(np.array([[3e38, 1.0, 0.0, 0.0]]), 0.9)  # within float32 range: fine
+    assert len(index) == 1
+
+
+def test_max_similarity_of_an_empty_batch_is_empty():
+    index = SimilarityIndex(4)
+    index.insert(np.eye(4, dtype=np.float32), 0.9)
+    for empty in ([], np.empty((0, 4), np.float32)):
+        sims, rows = index.max_similarity(empty)
+        assert sims.shape == (0,) and rows.shape == (0,)
+
+
+@pytest.mark.parametrize("content", [b"", b"not an npz at all", b"PK\x03\x04truncated"])
+def test_load_names_the_file_when_it_is_not_an_index(tmp_path, content):
+    path = tmp_path / "index.npz"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: not a SimilarityIndex file")):
+        SimilarityIndex.load(path)
+
+
+def test_replace_swaps_a_row_and_its_key():
+    index = SimilarityIndex(3)
+    index.insert(np.eye(3, dtype=np.float32), 0.9, keys=["a", "b", "c"])
+    index.replace(0, np.array([0.0, 0.6, 0.8]), key="a2")
+    res = index.insert(np.array([[1.0, 0.0, 0.0]]), 0.9, keys=["a"])  # old row and key gone
+    assert res.accepted.tolist() == [True]
+    dup = index.insert(np.array([[0.0, 0.6, 0.8]]), 0.99, keys=["zz"])
+    assert not dup.accepted[0] and dup.match[0] == 0
+    with pytest.raises(ValueError, match="not a stored row"):
+        index.replace(99, np.ones(3))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import threaded_server
@@ -23,6 +24,7 @@ from fakes.scripted_model import (
     PROBLEM,
     is_distill,
     is_solve,
+    prompt_of,
     reply,
     rollout_index,
 )
@@ -49,7 +51,7 @@ async def solve(url: str, encoder: Encoder, gold: str | None = None, **cfg):
 async def test_recycling_changes_round_two_prompts_and_answers(encoder):
     async with ScriptedServer(default_reply=reply) as srv:
         result = await solve(srv.base_url, encoder, GOLD)
-    solve_prompts = [b["messages"][-1]["content"] for b in srv.requests if is_solve(b)]
+    solve_prompts = [prompt_of(b) for b in srv.requests if is_solve(b)]
     assert len(solve_prompts) == 12
     assert all(PITFALLS_HEADER not in p for p in solve_prompts[:4])  # empty bank: plain prompt
     assert all(PITFALL in p and FACT in p for p in solve_prompts[4:])
@@ -116,7 +118,7 @@ async def test_resume_after_interruption_loses_only_the_round_in_flight(encoder,
             result = await rse.solve(PROBLEM, gold=GOLD, resume=True)
     assert result.resumed_from_round == 2 and len(result.rounds) == 3
     assert len(srv.requests) == 8  # only round 3: 4 rollouts + 4 distillations
-    assert all(PITFALL in b["messages"][-1]["content"] for b in srv.requests if is_solve(b))
+    assert all(PITFALL in prompt_of(b) for b in srv.requests if is_solve(b))
     assert result.ledger["roles"]["explore"]["calls"] >= 12  # round 1-2 calls restored
     assert result.accuracy_per_round == [0.0, 1.0, 1.0]
 
@@ -147,7 +149,9 @@ async def test_faults_are_recorded_and_the_round_continues(encoder):
         return reply(body, index)
 
     async with ScriptedServer(default_reply=garbage_for_rollout_2, faults=faults) as srv:
-        result = await solve(srv.base_url, encoder, rounds=1, max_chars_per_experience=60)
+        result = await solve(
+            srv.base_url, encoder, rounds=1, max_chars_per_experience=60, distill_retries=0
+        )
     r1 = result.rounds[0]
     assert r1.failed_rollouts == 1 and r1.rollouts[1].error and "500" in r1.rollouts[1].error
     assert r1.unparseable == 1 and r1.rollouts[2].distill == "unparseable"
@@ -195,3 +199,232 @@ def test_sync_solve_and_config_validation(encoder):
         assert [r.k for r in result.rounds] == [2, 3] and result.answer == GOLD  # 3 of 5 votes
         with pytest.raises(ValueError, match="non-empty"):
             rse.solve_sync("   ")
+
+
+# -- fidelity to the method: rules, traces, retries, support, ablations ------------------------
+from rse_fast.prompts import GUIDED_RULES, ORIGIN_RELATED, ORIGIN_SAME  # noqa: E402
+from rse_fast.rse.bank import ExperienceBank  # noqa: E402
+from rse_fast.testing import Reply  # noqa: E402
+
+TRACE_FACT = "the carry from the units column is exactly one"
+
+
+def thinking_reply(body: dict, index: int):
+    """A thinking model: its trace holds a fact its short final answer never states."""
+    if is_distill(body):
+        prompt = prompt_of(body)
+        seen = TRACE_FACT in prompt
+        return json.dumps(
+            {
+                "propositions": [
+                    {
+                        "statement": "The carry from 7 + 5 is one" if seen else "Unknown",
+                        "conditions": "units digits 7 and 5",
+                        "source": "reasoning trace" if seen else "final answer only",
+                    }
+                ],
+                "pitfalls": [],
+            }
+        )
+    return Reply(
+        content="\\boxed{42}",
+        reasoning=f"Units: 7 + 5 = 12, so {TRACE_FACT}; tens: 2 + 1 + 1 = 4.",
+    )
+
+
+async def test_distiller_reads_the_reasoning_trace_of_a_thinking_model(encoder):
+    async with ScriptedServer(default_reply=thinking_reply) as srv:
+        result = await solve(srv.base_url, encoder, GOLD, rounds=1)
+    distills = [b for b in srv.requests if is_distill(b)]
+    assert distills and all(TRACE_FACT in prompt_of(b) for b in distills)
+    r1 = result.rounds[0]
+    assert all(x.reasoning and TRACE_FACT in x.reasoning for x in r1.rollouts)
+    assert result.bank_sizes["positive"] == 1
+    bank_texts = [d.text for d in r1.decisions if d.accepted]
+    assert bank_texts == [
+        "The carry from 7 + 5 is one (holds if units digits 7 and 5; from reasoning trace)"
+    ]
+
+
+async def test_truncated_rollout_is_distilled_and_marked(encoder):
+    def cut(body, index):
+        if is_distill(body):
+            assert "cut off by its length limit" in prompt_of(body)
+            return reply(body, index)
+        return Reply(content="7 + 5 = 12, write 2. 2 + 1 =", finish_reason="length")
+
+    async with ScriptedServer(default_reply=cut) as srv:
+        result = await solve(srv.base_url, encoder, rounds=1)
+    r1 = result.rounds[0]
+    assert all(x.truncated and x.distill == "ok" for x in r1.rollouts)
+    assert result.bank_sizes["positive"] >= 1
+
+
+async def test_unparseable_distillation_is_retried_with_new_seeds_and_booked(encoder):
+    tries: dict[int, list[int]] = {}
+
+    def flaky(body, index):
+        if is_distill(body):
+            seeds = tries.setdefault(len(prompt_of(body)), [])
+            seeds.append(body["seed"])
+            if len(seeds) < 3:  # the first two tries of every rollout are garbage
+                return "sorry, I cannot produce JSON"
+        return reply(body, index)
+
+    async with ScriptedServer(default_reply=flaky) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=1, k=1, distill_retries=2)
+        async with rse.client:
+            result = await rse.solve(PROBLEM)
+    (seeds,) = tries.values()
+    assert len(seeds) == 3 and len(set(seeds)) == 3  # new seed each time
+    rec = result.rounds[0].rollouts[0]
+    assert rec.distill == "ok" and rec.distill_tries == 3
+    assert result.ledger["roles"]["distill"]["calls"] == 3  # every try booked
+
+    async with ScriptedServer(
+        default_reply=lambda b, i: "no json" if is_distill(b) else reply(b, i)
+    ) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=1, k=2, distill_retries=1)
+        async with rse.client:
+            result = await rse.solve(PROBLEM)
+    assert result.rounds[0].unparseable == 2
+    assert [x.distill_tries for x in result.rounds[0].rollouts] == [2, 2]
+
+
+async def test_guided_prompt_carries_the_rules_and_honest_framing(encoder):
+    async with ScriptedServer(default_reply=reply) as srv:
+        result = await solve(srv.base_url, encoder, GOLD, rounds=2)
+    block = result.rounds[1].experience_block
+    rules_same = GUIDED_RULES.format(origin=ORIGIN_SAME)
+    assert block.startswith(rules_same) and PITFALL in block
+    assert "Never repeat one" in block and "Use only numbers you derive yourself" in block
+    # the bank goes to the next problem: the framing says it comes from related problems
+    other = "What is 38 + 27? Mind the carry."
+    async with ScriptedServer(default_reply=reply) as srv2:
+        rse = make_rse(srv2.base_url, encoder, rounds=1)
+        seeded = await _bank_from(srv2.base_url, encoder)
+        async with rse.client:
+            await rse.solve(other, bank=seeded)
+        prompts = [prompt_of(b) for b in srv2.requests if is_solve(b)][-4:]
+    assert all(GUIDED_RULES.format(origin=ORIGIN_RELATED) in p for p in prompts)
+    assert not any(ORIGIN_SAME in p for p in prompts)
+
+
+async def _bank_from(url: str, encoder: Encoder) -> ExperienceBank:
+    rse = make_rse(url, encoder, rounds=1)
+    bank = ExperienceBank(encoder.dim)
+    async with rse.client:
+        await rse.solve(PROBLEM, bank=bank)
+    return bank
+
+
+async def test_echoes_of_problem_and_instructions_never_reach_the_bank(encoder):
+    def echoing(body, index):
+        if is_distill(body):
+            return json.dumps(
+                {
+                    "positive": [PROBLEM, FACT],
+                    "negative": [
+                        "The attempt did not check that every claim is an unverified hypothesis."
+                    ],
+                }
+            )
+        return reply(body, index)
+
+    async with ScriptedServer(default_reply=echoing) as srv:
+        result = await solve(srv.base_url, encoder, rounds=1)
+    assert result.bank_sizes == {"negative": 0, "positive": 1}
+    assert all(x.echoes == 2 for x in result.rounds[0].rollouts)
+
+
+async def test_support_counts_rollouts_that_rederive_an_experience(encoder):
+    async with ScriptedServer(default_reply=reply) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=2)
+        bank = ExperienceBank(encoder.dim)
+        async with rse.client:
+            await rse.solve(PROBLEM, bank=bank)
+    fact = bank.texts("positive").index(FACT)
+    # FACT is distilled from all 4 rollouts of both rounds: 8 rollouts derived it
+    assert bank.support("positive")[fact] == 8
+    assert {r for r, _ in bank.derived_by("positive", fact)} == {1, 2}
+    assert bank.ranked("positive")[0] == fact
+
+
+async def test_selection_and_ablation_options(encoder):
+    async with ScriptedServer(default_reply=reply) as srv:
+        guided = await solve(srv.base_url, encoder, GOLD, rounds=2, select_from="guided")
+        everything = await solve(srv.base_url, encoder, GOLD, rounds=2, select_from="all")
+        neg_only = await solve(srv.base_url, encoder, GOLD, rounds=2, use_positive=False)
+        pos_only = await solve(srv.base_url, encoder, GOLD, rounds=2, use_negative=False)
+    assert guided.answer == "42" and guided.total_votes == 4  # round 1 (all 32) not counted
+    assert everything.total_votes == 8 and everything.answer in ("32", "42")
+    assert neg_only.bank_sizes["positive"] == 0 and neg_only.accuracy_per_round[1] == 1.0
+    assert pos_only.bank_sizes["negative"] == 0 and pos_only.accuracy_per_round[1] == 0.0
+    with pytest.raises(ValueError, match="both be False"):
+        RSEConfig(use_positive=False, use_negative=False)
+
+
+async def test_rse_variants_as_eval_methods(encoder):
+    from rse_fast.methods import Problem, make_method
+
+    async with ScriptedServer(default_reply=reply) as srv, LLMClient(srv.base_url, "m") as c:
+        res = await make_method("rse:neg-only", encoder=encoder, k=4).run(
+            Problem("p", PROBLEM, GOLD), 4000, c
+        )
+    assert res.method == "rse:neg-only" and res.meta["bank_sizes"]["positive"] == 0
+    with pytest.raises(ValueError, match="unknown RSE variant"):
+        make_method("rse:everything")
+    with pytest.raises(ValueError, match="unknown method"):
+        make_method("sc:neg-only")
+
+
+async def test_distillation_can_use_its_own_endpoint_model_and_extra_body(encoder):
+    async with (
+        ScriptedServer(default_reply=reply) as policy,
+        ScriptedServer(default_reply=reply) as distiller,
+    ):
+        client = LLMClient(policy.base_url, "policy", retry=FAST)
+        cfg = RSEConfig(
+            rounds=1,
+            k=2,
+            distill_model="small-distiller",
+            distill_extra={"chat_template_kwargs": {"enable_thinking": False}},
+            distill_max_tokens=333,
+        )
+        async with client, LLMClient(distiller.base_url, "x", retry=FAST) as dclient:
+            result = await RSE(client, encoder, cfg, distill_client=dclient).solve(PROBLEM)
+    assert not any(is_distill(b) for b in policy.requests)
+    assert len(distiller.requests) == 2
+    b = distiller.requests[0]
+    assert b["model"] == "small-distiller" and b["max_tokens"] == 333
+    assert b["chat_template_kwargs"] == {"enable_thinking": False}
+    assert result.ledger["roles"]["distill"]["calls"] == 2  # booked in the run's ledger
+
+
+@pytest.mark.parametrize(
+    ("target", "damage"),
+    [
+        ("latest.json", lambda t: t[: len(t) // 2]),
+        ("latest.json", lambda t: '{"round": 1}'),
+        ("round-1.json", lambda t: t[: len(t) // 3]),
+        ("round-1.json", lambda t: t.replace('"rollouts"', '"rolls"')),
+        ("bank-1.json", lambda t: t.replace('"text"', '"txt"', 1)),
+    ],
+)
+async def test_damaged_checkpoint_names_the_file_and_the_remedy(encoder, tmp_path, target, damage):
+    async with ScriptedServer(default_reply=reply) as srv:
+        client = LLMClient(srv.base_url, "m", retry=FAST)
+        async with client:
+            await RSE(client, encoder, RSEConfig(rounds=1, k=4), checkpoint_dir=tmp_path).solve(
+                PROBLEM
+            )
+    path = tmp_path / target
+    path.write_text(damage(path.read_text()))
+    rse = RSE(
+        LLMClient("http://127.0.0.1:9/v1", "m"),
+        encoder,
+        RSEConfig(rounds=2, k=4),
+        checkpoint_dir=tmp_path,
+    )
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        await rse.solve(PROBLEM, resume=True)

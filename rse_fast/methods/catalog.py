@@ -6,7 +6,7 @@ from typing import Any
 
 from rse_fast.methods.base import Method
 from rse_fast.methods.refine import Refinement
-from rse_fast.methods.rse_method import RSEMethod
+from rse_fast.methods.rse_method import VARIANTS, RSEMethod
 from rse_fast.methods.sampling import BestOfN, Fusion, SelfConsistency
 from rse_fast.methods.stepwise import BeamSearch, ParticleFilter
 
@@ -21,7 +21,9 @@ def make_method(name: str, **options: Any) -> Method:
 
     Args:
         name: one of ``sc`` (majority vote), ``bon`` (best-of-N with a verifier), ``beam``,
-            ``particle``, ``refine``, ``fusion``, ``rse``.
+            ``particle``, ``refine``, ``fusion``, ``rse``, or an RSE ablation variant
+            ``rse:<variant>`` (``neg-only``, ``pos-only``, ``no-dedup``, ``replace-longer``,
+            ``guided``, ``last``).
         options: the family's keyword options (``parallel``, ``max_tokens``, ``temperature``,
             ``seed`` for all; ``judge`` for bon/beam/particle; ``k``, ``encoder`` for rse, …).
 
@@ -35,6 +37,12 @@ def make_method(name: str, **options: Any) -> Method:
         result = await method.run(Problem("p1", "What is 6 * 7?", gold="42"), 4000, client)
         result.final.answer, result.tokens
     """
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
-    return METHODS[name](**options)
+    family, _, variant = name.partition(":")
+    if family not in METHODS or (variant and family != "rse"):
+        raise ValueError(
+            f"unknown method {name!r}; choose from {', '.join(METHODS)} "
+            f"(or rse:<variant> with a variant of {', '.join(VARIANTS)})"
+        )
+    if variant:
+        return RSEMethod(variant=variant, **options)
+    return METHODS[family](**options)

@@ -1,14 +1,30 @@
-"""ExperienceBank: positive and negative experiences, their provenance, and a similarity index
-per type; greedy semantic dedup on insert; rendering into the prompt; save/load (JSON + npz)."""
+"""ExperienceBank: positive and negative experiences, their provenance and support, and a
+similarity index per type; greedy semantic dedup on insert; ranked rendering into the prompt;
+save/load (JSON + npz), validated so a damaged file names itself and its problem.
+
+**Support.** Every dedup rejection is a rollout that re-derived an experience already kept (or
+accepted earlier in the same batch). The bank records which (round, rollout) pairs derived each
+experience; their number is its support, a consensus signal that ranks what the prompt shows.
+
+**Dedup policies.** ``keep-first``: the first statement of an idea stays. ``replace-longer``:
+a rejected candidate that is longer than the earlier-round experience it matched replaces its
+text and vector (the longest such candidate of the batch wins), keeping the support. Accept or
+reject decisions are made exactly as with keep-first, against the bank as it was when the batch
+began; replacements apply after the batch.
+
+**Rendering policy.** Experiences are ranked by support (most first), then recency (the round
+that last derived them, newest first), then by when they were first found. The top-ranked
+experiences of both types that fit the token budget are shown, pitfalls first.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -18,6 +34,8 @@ from rse_fast.rse.index import SimilarityIndex, normalize_rows
 
 Kind = Literal["positive", "negative"]
 KINDS: tuple[Kind, Kind] = ("negative", "positive")  # negatives render first
+Policy = Literal["keep-first", "replace-longer"]
+POLICIES: tuple[Policy, Policy] = ("keep-first", "replace-longer")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +52,8 @@ class Experience:
 
 @dataclass(frozen=True, kw_only=True)
 class Decision:
-    """Why a candidate was or was not added: its best match and their similarity."""
+    """Why a candidate was or was not added: its best match and their similarity.
+    ``replaced``: the candidate was a duplicate but its longer text took the match's place."""
 
     text: str
     kind: str
@@ -44,24 +63,62 @@ class Decision:
     round: int
     rollout: int
     position: int
+    replaced: bool = False
+
+
+@dataclass
+class _Entry:
+    experience: Experience
+    derived_by: set[tuple[int, int]] = field(default_factory=set)  # (round, rollout)
+
+    @property
+    def support(self) -> int:
+        return len(self.derived_by)
+
+    @property
+    def last_round(self) -> int:
+        return max((r for r, _ in self.derived_by), default=self.experience.round)
 
 
 class ExperienceBank:
-    def __init__(self, dim: int, capacity: int = 256) -> None:
-        self.dim = dim
-        self.items: dict[str, list[Experience]] = {k: [] for k in KINDS}
+    """Two typed sets of experiences, deduplicated by embedding similarity.
+
+    Args:
+        dim: embedding dimension (the encoder's).
+        capacity: initial rows per type (grows by doubling).
+        policy: ``keep-first`` or ``replace-longer`` (see the module docstring).
+    """
+
+    def __init__(self, dim: int, capacity: int = 256, *, policy: Policy = "keep-first") -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"dedup policy must be one of {POLICIES}, got {policy!r}")
+        self.dim, self.policy = dim, policy
+        self._entries: dict[str, list[_Entry]] = {k: [] for k in KINDS}
         self.indexes: dict[str, SimilarityIndex] = {
             k: SimilarityIndex(dim, capacity) for k in KINDS
         }
+        self.problem_ids: set[str] = set()  # problems whose rollouts filled the bank
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self.items.values())
+        return sum(len(v) for v in self._entries.values())
 
     def sizes(self) -> dict[str, int]:
-        return {k: len(v) for k, v in self.items.items()}
+        return {k: len(v) for k, v in self._entries.items()}
+
+    @property
+    def items(self) -> dict[str, list[Experience]]:
+        return {k: [e.experience for e in v] for k, v in self._entries.items()}
 
     def texts(self, kind: str) -> list[str]:
-        return [e.text for e in self.items[kind]]
+        return [e.experience.text for e in self._entries[kind]]
+
+    def support(self, kind: str) -> list[int]:
+        """Support of each experience of ``kind``, in bank order."""
+        return [e.support for e in self._entries[kind]]
+
+    def derived_by(self, kind: str, i: int) -> list[tuple[int, int]]:
+        """The (round, rollout) pairs that derived experience ``i`` of ``kind``."""
+        return sorted(self._entries[kind][i].derived_by)
 
     def add(
         self,
@@ -89,55 +146,123 @@ class ExperienceBank:
                     raise ValueError(f"tau for {kind} must be in (-1, 1], got {t}")
         decisions: list[Decision | None] = [None] * len(candidates)
         for kind, idx in groups.items():
-            if not idx:
-                continue
-            index, items = self.indexes[kind], self.items[kind]
-            n0 = len(items)
-            res = index.insert(vectors[idx], tau[kind], keys=[candidates[i].text for i in idx])
-            kept = [i for i, ok in zip(idx, res.accepted, strict=True) if ok]
-            for j, i in enumerate(idx):
-                c = candidates[i]
-                m = int(res.match[j])
-                matched = None
-                if m >= 0:
-                    matched = items[m].text if m < n0 else candidates[kept[m - n0]].text
-                sim = float(res.similarity[j])
-                decisions[i] = Decision(
-                    text=c.text,
-                    kind=kind,
-                    accepted=bool(res.accepted[j]),
-                    similarity=sim if np.isfinite(sim) else None,
-                    matched=matched,
-                    round=c.round,
-                    rollout=c.rollout,
-                    position=c.position,
-                )
-            items.extend(candidates[i] for i in kept)
+            if idx:
+                for i, d in self._add_kind(kind, idx, candidates, vectors, tau[kind]).items():
+                    decisions[i] = d
         return [d for d in decisions if d is not None]
+
+    def _add_kind(
+        self,
+        kind: str,
+        idx: list[int],
+        candidates: Sequence[Experience],
+        vectors: np.ndarray,
+        tau: float,
+    ) -> dict[int, Decision]:
+        index, entries = self.indexes[kind], self._entries[kind]
+        n0 = len(entries)
+        res = index.insert(vectors[idx], tau, keys=[candidates[i].text for i in idx])
+        kept = [i for i, ok in zip(idx, res.accepted, strict=True) if ok]
+        entries.extend(
+            _Entry(candidates[i], {(candidates[i].round, candidates[i].rollout)}) for i in kept
+        )
+        longest: dict[int, int] = {}  # bank row -> candidate that may replace it
+        out: dict[int, Decision] = {}
+        for j, i in enumerate(idx):
+            c = candidates[i]
+            m = int(res.match[j])  # index row == entry (accepted candidates append in order)
+            rejected_by = m if m >= 0 and not res.accepted[j] else None
+            matched = None
+            if rejected_by is not None:
+                entry = entries[rejected_by]
+                matched = entry.experience.text
+                entry.derived_by.add((c.round, c.rollout))
+                if rejected_by < n0 and len(c.text) > len(matched):
+                    best = longest.get(rejected_by)
+                    if best is None or len(c.text) > len(candidates[best].text):
+                        longest[rejected_by] = i
+            sim = float(res.similarity[j])
+            out[i] = Decision(
+                text=c.text,
+                kind=kind,
+                accepted=bool(res.accepted[j]),
+                similarity=sim if np.isfinite(sim) else None,
+                matched=matched,
+                round=c.round,
+                rollout=c.rollout,
+                position=c.position,
+            )
+        if self.policy == "replace-longer":
+            for row, i in longest.items():
+                old = entries[row].experience
+                index.replace(row, vectors[i], key=candidates[i].text)
+                entries[row].experience = Experience(
+                    text=candidates[i].text,
+                    kind=kind,
+                    round=old.round,
+                    rollout=old.rollout,
+                    position=old.position,
+                )
+                d = out[i]
+                out[i] = Decision(**{**asdict(d), "replaced": True})
+        return out
+
+    # -- rendering -------------------------------------------------------------------------
+    def _rank_key(self, kind: str, i: int) -> tuple[int, int, int, int]:
+        e = self._entries[kind][i]
+        return (-e.support, -e.last_round, i, 0 if kind == "negative" else 1)
+
+    def ranked(self, kind: str) -> list[int]:
+        """Indices of ``kind`` by the rendering policy: support, then recency, then age."""
+        return sorted(range(len(self._entries[kind])), key=lambda i: self._rank_key(kind, i))
 
     def render(
         self,
-        max_per_kind: int = 12,
-        token_budget: int = 800,
+        token_budget: int = 1000,
         count_tokens: Callable[[str], int] = approx_token_count,
+        *,
+        max_per_kind: int | None = None,
+        same_problem: bool = True,
     ) -> str:
-        """Prompt text for the bank: the newest ``max_per_kind`` of each kind, in the order they
-        were found, pitfalls first, dropping the oldest until it fits ``token_budget``."""
-        chosen = {k: self.texts(k)[-max_per_kind:] if max_per_kind > 0 else [] for k in KINDS}
+        """Prompt text for the bank: the best-ranked experiences of both kinds that fit
+        ``token_budget`` (the rules and headers included), pitfalls first."""
+        order = {k: self.ranked(k)[:max_per_kind] for k in KINDS}
+        merged = sorted(
+            ((k, i) for k in KINDS for i in order[k]), key=lambda ki: self._rank_key(*ki)
+        )
+        shown: list[tuple[str, int]] = []
+        used = count_tokens(render_experiences(["x"], ["x"], same_problem))
+        for kind, i in merged:  # strictly by rank: nothing below an item that did not fit
+            used += count_tokens(self._entries[kind][i].experience.text) + 2
+            if used > token_budget:
+                break
+            shown.append((kind, i))
         while True:
-            text = render_experiences(chosen["negative"], chosen["positive"])
+            negatives, positives = (
+                [self._entries[k][i].experience.text for kk, i in shown if kk == k] for k in KINDS
+            )
+            text = render_experiences(negatives, positives, same_problem)
             if not text or count_tokens(text) <= token_budget:
                 return text
-            longest = max(KINDS, key=lambda k: len(chosen[k]))
-            chosen[longest] = chosen[longest][1:]
+            shown.pop()  # the per-line estimate was short: drop the lowest-ranked
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
-        """``path.json`` (texts and provenance, human-readable) and ``path.npz`` (vectors)."""
+        """``path.json`` (texts, provenance, support; human-readable) and ``path.npz``
+        (vectors), each written atomically."""
         base = Path(path)
         meta = {
+            "format": 2,
             "dim": self.dim,
-            "items": {k: [asdict(e) for e in v] for k, v in self.items.items()},
+            "policy": self.policy,
+            "problem_ids": sorted(self.problem_ids),
+            "items": {
+                k: [
+                    {**asdict(e.experience), "derived_by": sorted(e.derived_by)}
+                    for e in self._entries[k]
+                ]
+                for k in KINDS
+            },
         }
         tmp_json, tmp_npz = base.with_suffix(".json.tmp"), base.with_suffix(".npz.tmp")
         tmp_json.write_text(json.dumps(meta, indent=1, ensure_ascii=False))
@@ -152,21 +277,47 @@ class ExperienceBank:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ExperienceBank:
+        """Read a bank written by :meth:`save`; a truncated or hand-edited file raises a
+        ValueError naming the file and what is wrong with it."""
         base = Path(path)
+        json_path, npz_path = base.with_suffix(".json"), base.with_suffix(".npz")
         try:
-            meta = json.loads(base.with_suffix(".json").read_text())
-            with np.load(base.with_suffix(".npz"), allow_pickle=False) as data:
-                vectors = {k: data[k] for k in KINDS}
-        except (OSError, ValueError, KeyError) as exc:
-            raise ValueError(f"{base}: not a saved experience bank ({exc})") from exc
-        bank = cls(int(meta["dim"]))
+            meta = json.loads(json_path.read_text())
+            if not isinstance(meta, dict) or not {"dim", "items"} <= meta.keys():
+                raise ValueError("no 'dim' and 'items'")
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{json_path}: not a saved experience bank ({exc})") from None
+        try:
+            with np.load(npz_path, allow_pickle=False) as data:
+                vectors: dict[str, np.ndarray] = {k: np.asarray(data[k]) for k in KINDS}
+        except Exception as exc:  # any unreadable npz is the same problem
+            raise ValueError(f"{npz_path}: not a saved experience bank ({exc!r})") from None
+        try:
+            return cls._from_saved(meta, vectors)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{json_path}: not a saved experience bank ({exc!r})") from None
+
+    @classmethod
+    def _from_saved(cls, meta: dict[str, Any], vectors: dict[str, np.ndarray]) -> ExperienceBank:
+        bank = cls(int(meta["dim"]), policy=meta.get("policy", "keep-first"))
+        bank.problem_ids = {str(p) for p in meta.get("problem_ids", [])}
         for kind in KINDS:
-            items = [Experience(**e) for e in meta["items"][kind]]
-            if len(items) != len(vectors[kind]):
-                raise ValueError(
-                    f"{base}: {len(items)} {kind} texts but {len(vectors[kind])} vectors"
+            raw = meta["items"][kind]
+            if not isinstance(raw, list):
+                raise TypeError(f"items.{kind} is not a list")
+            if len(raw) != len(vectors[kind]):
+                raise ValueError(f"{len(raw)} {kind} texts but {len(vectors[kind])} vectors")
+            entries = []
+            for item in raw:
+                derived = item.pop("derived_by", None) if isinstance(item, dict) else None
+                exp = Experience(**item)
+                pairs = (
+                    {(int(r), int(o)) for r, o in derived}
+                    if derived
+                    else {(exp.round, exp.rollout)}
                 )
-            if items:
-                bank.indexes[kind].extend(vectors[kind], keys=[e.text for e in items])
-            bank.items[kind] = items
+                entries.append(_Entry(exp, pairs))
+            if entries:
+                bank.indexes[kind].extend(vectors[kind], keys=[e.experience.text for e in entries])
+            bank._entries[kind] = entries
         return bank

@@ -61,15 +61,35 @@ class Checkpoint:
         latest_path = self.dir / "latest.json"
         if not latest_path.exists():
             return None
-        latest = json.loads(latest_path.read_text())
+        latest = _read(latest_path, ("round", "problem_id"))
         if latest["problem_id"] != problem_id(problem):
             raise ValueError(
                 f"checkpoint in {self.dir} belongs to another problem; use another directory "
                 "or delete it to start over"
             )
-        r = int(latest["round"])
-        state = json.loads((self.dir / f"round-{r}.json").read_text())
-        rounds = [RoundResult.from_dict(x) for x in state["rounds"]]
-        bank = ExperienceBank.load(self.dir / f"bank-{r}")
-        records = [CallRecord(**rec) for rec in state["ledger"]]
+        path = self.dir / f"round-{latest['round']}.json"
+        state = _read(path, ("rounds", "ledger"))
+        try:
+            rounds = [RoundResult.from_dict(x) for x in state["rounds"]]
+            records = [CallRecord(**rec) for rec in state["ledger"]]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{path}: damaged checkpoint ({exc!r}); {_REMEDY}") from None
+        bank = ExperienceBank.load(self.dir / f"bank-{latest['round']}")
         return rounds, bank, records
+
+
+_REMEDY = "delete the checkpoint directory (or use another) to start over"
+
+
+def _read(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A JSON object with ``keys``, or a ValueError that names the file and the problem."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read checkpoint ({exc.strerror}); {_REMEDY}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: checkpoint is not valid JSON ({exc}); {_REMEDY}") from None
+    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ValueError(f"{path}: checkpoint lacks {', '.join(missing)}; {_REMEDY}")
+    return data  # type: ignore[no-any-return]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -18,18 +18,34 @@ class RSEConfig:
         rounds: R; round 1 is plain parallel sampling (the bank is empty).
         k: rollouts per round, one value for all rounds or a list of K_r.
         tau_positive, tau_negative: dedup thresholds in (-1, 1]: a new experience whose cosine
-            to a kept one of its type is >= τ is a repeat and is not added.
+            to a kept one of its type is >= τ is a repeat and is not added (it adds support).
         temperature, top_p, top_k, max_tokens, seed: rollout sampling (seed None: unseeded;
             otherwise rollout i of round r uses ``seed + 1000 r + i``).
-        distill_temperature, distill_max_tokens: the distillation call.
+        distill_temperature, distill_max_tokens: the distillation call; the default leaves a
+            thinking distiller room to finish its trace and still write the JSON.
+        distill_retries: an unparseable distillation is asked again this many times, each
+            with a new seed (every try is booked in the ledger).
+        distill_model: model name for distillation (default: the policy model); with
+            ``RSE(distill_client=...)`` it may live on another endpoint.
+        distill_extra: extra request fields for distillation calls, e.g.
+            ``{"chat_template_kwargs": {"enable_thinking": False}}`` on Qwen3-style servers.
         max_experiences_per_rollout, max_words_per_experience, max_chars_per_experience:
             what one distillation may add, and how long each statement may be.
-        attempt_max_chars: longer attempts are clipped (head and tail kept) for the distiller.
-        max_rendered_per_type, bank_token_budget: how much of the bank the prompt shows.
+        attempt_max_tokens: the distiller sees the rollout's reasoning trace and final response
+            clipped to this many tokens (head and tail kept).
+        bank_token_budget, max_rendered_per_type: how much of the bank the prompt shows
+            (ranked by support, then recency; None: no per-type cap).
         use_json_schema: ask for JSON-schema constrained distillation output (servers that
             refuse it are asked without, and the reply parsed tolerantly).
-        dedup_order: ``rollout`` (rollout index, then position) or ``shortest`` first.
-        select_from: the final vote counts ``all`` rounds' answers or the ``last`` round's.
+        dedup_order: candidates visited by ``rollout`` (index, then position), ``longest``
+            first (the reference's order) or ``shortest`` first; ties by (rollout, position).
+        dedup_policy: ``keep-first`` or ``replace-longer`` (a longer near-duplicate replaces
+            the kept statement, keeping its support).
+        dedup: False keeps every distinct statement (only exact repeats merge): an ablation.
+        use_positive, use_negative: recycle propositions / pitfalls (ablations: one off).
+        drop_echoes: drop statements that only restate the problem or the instructions.
+        select_from: the final vote counts ``all`` rounds, the ``guided`` rounds (2..R), or
+            the ``last`` round.
 
     An unknown field name raises ``UnknownOptionError`` (a ValueError) listing these.
     """
@@ -44,16 +60,24 @@ class RSEConfig:
     max_tokens: int = 2048
     seed: int | None = 0
     distill_temperature: float = 0.3
-    distill_max_tokens: int = 768
+    distill_max_tokens: int = 4096
+    distill_retries: int = 2
+    distill_model: str | None = None
+    distill_extra: Mapping[str, Any] | None = None
     max_experiences_per_rollout: int = 5
     max_words_per_experience: int = 40
     max_chars_per_experience: int = 300
-    attempt_max_chars: int = 12000
-    max_rendered_per_type: int = 12
+    attempt_max_tokens: int = 6000
+    max_rendered_per_type: int | None = None
     bank_token_budget: int = 1000
     use_json_schema: bool = True
-    dedup_order: Literal["rollout", "shortest"] = "rollout"
-    select_from: Literal["all", "last"] = "all"
+    dedup_order: Literal["rollout", "longest", "shortest"] = "rollout"
+    dedup_policy: Literal["keep-first", "replace-longer"] = "keep-first"
+    dedup: bool = True
+    use_positive: bool = True
+    use_negative: bool = True
+    drop_echoes: bool = True
+    select_from: Literal["all", "guided", "last"] = "all"
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -67,12 +91,21 @@ class RSEConfig:
             t = getattr(self, name)
             if not -1.0 < t <= 1.0:
                 raise ValueError(f"{name} must be in (-1, 1], got {t}")
-        if self.dedup_order not in ("rollout", "shortest"):
-            raise ValueError(
-                f"dedup_order must be 'rollout' or 'shortest', got {self.dedup_order!r}"
-            )
-        if self.select_from not in ("all", "last"):
-            raise ValueError(f"select_from must be 'all' or 'last', got {self.select_from!r}")
+        choices = {
+            "dedup_order": ("rollout", "longest", "shortest"),
+            "dedup_policy": ("keep-first", "replace-longer"),
+            "select_from": ("all", "guided", "last"),
+        }
+        for name, valid in choices.items():
+            if getattr(self, name) not in valid:
+                raise ValueError(f"{name} must be one of {valid}, got {getattr(self, name)!r}")
+        for name in ("distill_max_tokens", "attempt_max_tokens", "bank_token_budget"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.distill_retries < 0:
+            raise ValueError(f"distill_retries must be >= 0, got {self.distill_retries}")
+        if not (self.use_positive or self.use_negative):
+            raise ValueError("use_positive and use_negative cannot both be False")
 
     def k_for_round(self, r: int) -> int:
         """K_r for round r (1-based)."""
@@ -80,9 +113,13 @@ class RSEConfig:
 
     @property
     def tau(self) -> dict[str, float]:
+        """τ per type as dedup applies it (1.0, exact repeats only, when ``dedup`` is off)."""
+        if not self.dedup:
+            return {"positive": 1.0, "negative": 1.0}
         return {"positive": self.tau_positive, "negative": self.tau_negative}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["k"] = self.k if isinstance(self.k, int) else list(self.k)
+        d["distill_extra"] = dict(self.distill_extra) if self.distill_extra else None
         return d

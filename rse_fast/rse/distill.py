@@ -2,7 +2,11 @@
 
 Servers with JSON-schema decoding return clean JSON; others wrap it in prose or code fences, or
 use other key names (the reference code's ``verified_propositions`` / ``critical_pitfalls``).
+Structured items (a proposition's statement, conditions and source; a pitfall's context, kind,
+trigger, action and consequence) become one line each; plain strings are kept as they are.
 Anything that still yields no lists is *unparseable*: counted by the caller, never fatal.
+Statements that only restate the problem or the distiller's own instructions carry nothing and
+are dropped (counted as echoes).
 """
 
 from __future__ import annotations
@@ -12,14 +16,29 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-POSITIVE_KEYS = ("positive", "positives", "verified_propositions", "propositions", "lemmas")
-NEGATIVE_KEYS = ("negative", "negatives", "critical_pitfalls", "pitfalls", "mistakes", "errors")
+from rse_fast.prompts import (
+    DISTILL_SYSTEM,
+    distill_messages,
+    render_pitfall,
+    render_proposition,
+)
+
+POSITIVE_KEYS = (
+    "propositions",
+    "positive",
+    "positives",
+    "verified_propositions",
+    "lemmas",
+    "facts",
+)
+NEGATIVE_KEYS = ("pitfalls", "negative", "negatives", "critical_pitfalls", "mistakes", "errors")
 
 
 @dataclass(frozen=True)
 class Distilled:
     positive: list[str]
     negative: list[str]
+    echoes: int = 0  # statements dropped for restating the problem or the instructions
 
 
 def _first_json_object(text: str) -> Any:
@@ -43,7 +62,32 @@ def _first_json_object(text: str) -> Any:
     return None
 
 
-def _as_texts(value: Any) -> list[str] | None:
+def _field(item: dict[str, Any], *names: str) -> str:
+    for name in names:
+        value = item.get(name)
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
+
+
+def _item_text(item: dict[str, Any], positive: bool) -> str:
+    if positive:
+        statement = _field(item, "statement", "proposition", "text", "content")
+        if not statement:
+            return ""
+        return render_proposition(
+            statement, _field(item, "conditions", "condition"), _field(item, "source")
+        )
+    return render_pitfall(
+        _field(item, "context"),
+        _field(item, "kind", "type"),
+        _field(item, "trigger"),
+        _field(item, "action", "invalid_action"),
+        _field(item, "consequence"),
+    ) or _field(item, "text", "statement", "content")
+
+
+def _as_texts(value: Any, positive: bool) -> list[str] | None:
     if isinstance(value, str):
         return [value]
     if not isinstance(value, list):
@@ -53,10 +97,40 @@ def _as_texts(value: Any) -> list[str] | None:
         if isinstance(item, str):
             out.append(item)
         elif isinstance(item, dict):
-            text = item.get("text") or item.get("statement") or item.get("content")
-            if isinstance(text, str):
+            text = _item_text(item, positive)
+            if text:
                 out.append(text)
     return out
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    "the a an and or of to in on for is are was were be it its this that with as by at from "
+    "not no so if then than into out do does did can may must should would will".split()
+)
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP}
+
+
+def _instruction_words() -> frozenset[str]:
+    template = distill_messages("", "", 0, 0)[1]["content"] + " " + DISTILL_SYSTEM
+    return frozenset(_content_words(template))
+
+
+INSTRUCTION_WORDS = _instruction_words()
+
+
+def is_echo(statement: str, problem: str) -> bool:
+    """True when a statement adds nothing: (almost) every content word of it is a word of the
+    problem, or of the distiller's instructions ("the attempt did not check the claim ...")."""
+    words = _content_words(re.sub(r"^\[[^\]]*\]\s*", "", statement))
+    if not words:
+        return True
+    in_problem = len(words & _content_words(problem)) / len(words)
+    in_rules = len(words & (INSTRUCTION_WORDS - _content_words(problem))) / len(words)
+    return in_problem >= 0.9 or in_rules >= 0.6 or in_problem + in_rules >= 0.95
 
 
 def clean_statement(text: str, max_chars: int) -> str:
@@ -71,8 +145,11 @@ def clean_statement(text: str, max_chars: int) -> str:
     return s
 
 
-def parse_distillation(text: str, max_items: int, max_chars: int) -> Distilled | None:
-    """``{"positive": [...], "negative": [...]}`` from a distiller reply, or None if unparseable."""
+def parse_distillation(
+    text: str, max_items: int, max_chars: int, problem: str | None = None
+) -> Distilled | None:
+    """Propositions and pitfalls from a distiller reply, or None if unparseable. With
+    ``problem``, statements that only echo it or the instructions are dropped."""
     try:
         data: Any = json.loads(text)
     except ValueError:
@@ -80,17 +157,22 @@ def parse_distillation(text: str, max_items: int, max_chars: int) -> Distilled |
     if not isinstance(data, dict):
         return None
     lowered = {str(k).lower(): v for k, v in data.items()}
-    pos = next((_as_texts(lowered[k]) for k in POSITIVE_KEYS if k in lowered), None)
-    neg = next((_as_texts(lowered[k]) for k in NEGATIVE_KEYS if k in lowered), None)
+    pos = next((_as_texts(lowered[k], True) for k in POSITIVE_KEYS if k in lowered), None)
+    neg = next((_as_texts(lowered[k], False) for k in NEGATIVE_KEYS if k in lowered), None)
     if pos is None and neg is None:
         return None
+    echoes = 0
 
     def tidy(items: list[str] | None) -> list[str]:
+        nonlocal echoes
         out: list[str] = []
         for t in items or []:
             c = clean_statement(t, max_chars)
+            if problem is not None and c and is_echo(c, problem):
+                echoes += 1
+                continue
             if c and c not in out:
                 out.append(c)
         return out[:max_items]
 
-    return Distilled(tidy(pos), tidy(neg))
+    return Distilled(tidy(pos), tidy(neg), echoes)

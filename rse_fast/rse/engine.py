@@ -1,8 +1,10 @@
 """The RSE engine: experience-guided rounds of parallel rollouts.
 
 Per round: render the bank into the prompt, sample K rollouts in parallel, distil each rollout
-the moment it finishes, embed its experiences while other calls are in flight, then one greedy
-insert per type in a deterministic order (rollout index, then position), never arrival order.
+(its reasoning trace and its final response) the moment it finishes, embed its experiences
+while other calls are in flight, then one greedy insert per type in a deterministic order
+(rollout index, then position, unless configured otherwise), never arrival order. Rejected
+candidates add support to the experience they matched.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.llm.types import Message
 from rse_fast.prompts import distill_messages, distill_schema, solve_messages
 from rse_fast.rse.bank import Decision, Experience, ExperienceBank
-from rse_fast.rse.checkpoint import Checkpoint
+from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
-from rse_fast.rse.distill import parse_distillation
+from rse_fast.rse.distill import Distilled, parse_distillation
 from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
 from rse_fast.sync import run_sync
 
@@ -41,12 +43,13 @@ class _Outcome:
     error: LLMError | None = None
 
 
-def _clip_attempt(text: str, limit: int) -> str:
-    """Keep the start and the end (where the answer is) of an over-long attempt."""
-    if len(text) <= limit:
+def clip_tokens(text: str, limit: int, count_tokens: Callable[[str], int]) -> str:
+    """Keep the head and the tail (where the answer is) of a text over ``limit`` tokens."""
+    n = count_tokens(text)
+    if n <= limit:
         return text
-    half = limit // 2
-    return text[:half] + "\n[...]\n" + text[-half:]
+    keep = max(1, int(len(text) * limit / n) // 2)
+    return text[:keep] + "\n[... middle omitted ...]\n" + text[-keep:]
 
 
 class RSE:
@@ -61,6 +64,8 @@ class RSE:
             resume=True)`` continues from it, losing at most the round in flight.
         progress: called with a :class:`~rse_fast.rse.results.Progress` after every rollout,
             distillation and round.
+        distill_client: another endpoint (or model) for distillation; its calls are booked
+            in ``client``'s ledger under the ``distill`` role.
 
     Example::
 
@@ -79,8 +84,10 @@ class RSE:
         *,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         progress: Callable[[Progress], None] | None = None,
+        distill_client: LLMClient | None = None,
     ) -> None:
         self.client = client
+        self.distill_client = distill_client
         self.encoder = encoder or Encoder()
         self.config = config or RSEConfig()
         self.checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
@@ -124,14 +131,16 @@ class RSE:
         t0 = time.perf_counter()
         cfg = self.config
         rounds: list[RoundResult] = []
-        bank = bank if bank is not None else ExperienceBank(self.encoder.dim)
+        bank = (
+            bank if bank is not None else ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
+        )
         if resume and self.checkpoint is not None:
             saved = self.checkpoint.load(problem)
             if saved is not None:
                 rounds, bank, records = saved
                 self.client.ledger.restore(records)
         resumed_from = len(rounds)
-        block = self._render(bank)
+        block = self._render(bank, problem)
         for r in range(len(rounds) + 1, cfg.rounds + 1):
             result, block = await self.run_round(problem, r, bank, gold, block)
             rounds.append(result)
@@ -139,8 +148,9 @@ class RSE:
                 c0 = time.perf_counter()
                 self.checkpoint.save(problem, cfg.to_dict(), rounds, bank, self.client.ledger)
                 rounds[-1].checkpoint_ms = (time.perf_counter() - c0) * 1e3
-        pool = rounds if cfg.select_from == "all" else rounds[-1:]
-        vote = majority_vote([a for rr in pool for a in rr.answers])
+        vote = majority_vote(
+            [a for rr in select_rounds(rounds, cfg.select_from) for a in rr.answers]
+        )
         return RSEResult(
             problem=problem,
             answer=vote.answer,
@@ -155,10 +165,13 @@ class RSE:
         )
 
     # -- one round -------------------------------------------------------------------------
-    def _render(self, bank: ExperienceBank) -> str:
+    def _render(self, bank: ExperienceBank, problem: str) -> str:
         cfg = self.config
         return bank.render(
-            cfg.max_rendered_per_type, cfg.bank_token_budget, self.client.count_tokens
+            cfg.bank_token_budget,
+            self.client.count_tokens,
+            max_per_kind=cfg.max_rendered_per_type,
+            same_problem=bank.problem_ids <= {problem_id(problem)},
         )
 
     async def run_round(
@@ -204,7 +217,8 @@ class RSE:
         last_return = max(o.returned_at for o in outcomes)
         all_encoded = max(o.encoded_at for o in outcomes)
         decisions = self._insert(bank, outcomes)
-        next_block = self._render(bank)
+        bank.problem_ids.add(problem_id(problem))
+        next_block = self._render(bank, problem)
         t_end = time.perf_counter()
         records = [o.record for o in outcomes]
         vote = majority_vote([x.answer for x in records])
@@ -231,8 +245,8 @@ class RSE:
         return result, next_block
 
     def _insert(self, bank: ExperienceBank, outcomes: list[_Outcome]) -> list[Decision]:
-        """One greedy insert per type, candidates in (rollout, position) order — or shortest
-        first, ties by (rollout, position) — so the same replies always give the same bank."""
+        """One greedy insert per type, candidates in (rollout, position) order — or longest or
+        shortest first, ties by (rollout, position) — so the same replies give the same bank."""
         cands: list[Experience] = []
         vecs: list[np.ndarray] = []
         for o in outcomes:  # outcomes are in rollout order already
@@ -243,8 +257,11 @@ class RSE:
             return []
         vectors = np.vstack(vecs)
         order = list(range(len(cands)))
-        if self.config.dedup_order == "shortest":
-            order.sort(key=lambda j: (len(cands[j].text), cands[j].rollout, cands[j].position))
+        sign = {"shortest": 1, "longest": -1}.get(self.config.dedup_order)
+        if sign is not None:
+            order.sort(
+                key=lambda j: (sign * len(cands[j].text), cands[j].rollout, cands[j].position)
+            )
         return bank.add([cands[j] for j in order], vectors[order], self.config.tau)
 
     async def _rollout_and_distill(
@@ -277,55 +294,100 @@ class RSE:
             report()
             now = time.perf_counter()
             return _Outcome(rec, [], None, now, now, exc)
-        rec.text, rec.finish_reason = res.text, res.choices[0].finish_reason
+        choice = res.choices[0]
+        rec.text, rec.reasoning, rec.finish_reason = (
+            choice.text,
+            choice.reasoning,
+            choice.finish_reason,
+        )
+        rec.truncated = choice.finish_reason == "length"
         rec.answer = extract_answer(res.text)
         if gold is not None:
             rec.correct = answers_equivalent(rec.answer, gold)
         counters["rollouts"] += 1
         report()
-        reply = await self._distill(problem, res.text, r, seed)
+        parsed = await self._distill(problem, rec, r, seed)
         returned = time.perf_counter()
         counters["distills"] += 1
-        if reply is None:
-            rec.distill = "failed"
-            report()
-            return _Outcome(rec, [], None, returned, returned)
-        parsed = parse_distillation(
-            reply, cfg.max_experiences_per_rollout, cfg.max_chars_per_experience
-        )
         if parsed is None:
-            rec.distill = "unparseable"
             report()
             return _Outcome(rec, [], None, returned, returned)
-        rec.distill, rec.positive, rec.negative = "ok", parsed.positive, parsed.negative
+        rec.distill, rec.echoes = "ok", parsed.echoes
+        rec.positive = parsed.positive if cfg.use_positive else []
+        rec.negative = parsed.negative if cfg.use_negative else []
         cands = [
             Experience(text=t, kind=kind, round=r, rollout=i, position=p)
-            for kind, texts in (("negative", parsed.negative), ("positive", parsed.positive))
+            for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
             for p, t in enumerate(texts)
         ]
         vectors = await self.encoder.aencode([c.text for c in cands]) if cands else None
         report()
         return _Outcome(rec, cands, vectors, returned, time.perf_counter())
 
-    async def _distill(self, problem: str, attempt: str, r: int, seed: int | None) -> str | None:
+    async def _distill(
+        self, problem: str, rec: RolloutRecord, r: int, seed: int | None
+    ) -> Distilled | None:
+        """Distil one rollout, asking again (new seed) while the reply does not parse, up to
+        ``distill_retries`` times. Sets ``rec.distill`` to failed/unparseable when it gives up."""
         cfg = self.config
+        client = (
+            self.distill_client.with_ledger(self.client.ledger)
+            if self.distill_client
+            else self.client
+        )
+        count = client.count_tokens
         messages = distill_messages(
             problem,
-            _clip_attempt(attempt, cfg.attempt_max_chars),
+            clip_tokens(
+                rec.text,
+                cfg.attempt_max_tokens // 4 if rec.reasoning else cfg.attempt_max_tokens,
+                count,
+            ),
             cfg.max_experiences_per_rollout,
             cfg.max_words_per_experience,
+            reasoning=clip_tokens(rec.reasoning, cfg.attempt_max_tokens, count)
+            if rec.reasoning
+            else None,
+            truncated=rec.truncated,
         )
         params: dict[str, Any] = dict(
             role="distill",
             task=f"round{r}",
             temperature=cfg.distill_temperature,
             max_tokens=cfg.distill_max_tokens,
-            seed=seed,
+            model=cfg.distill_model,
+            extra=dict(cfg.distill_extra) if cfg.distill_extra else None,
         )
-        try:
-            if cfg.use_json_schema:
-                schema = distill_schema(cfg.max_experiences_per_rollout)
-                return (await self.client.chat_json(messages, schema, **params)).text
-            return (await self.client.chat(messages, **params)).text
-        except LLMError:
-            return None
+        schema = distill_schema(cfg.max_experiences_per_rollout) if cfg.use_json_schema else None
+        for attempt in range(cfg.distill_retries + 1):
+            rec.distill_tries += 1
+            params["seed"] = None if seed is None else seed + 7919 * attempt
+            try:
+                reply = await (
+                    client.chat_json(messages, schema, **params)
+                    if schema is not None
+                    else client.chat(messages, **params)
+                )
+            except LLMError:
+                rec.distill = "failed"
+                return None
+            parsed = parse_distillation(
+                reply.text,
+                cfg.max_experiences_per_rollout,
+                cfg.max_chars_per_experience,
+                problem if cfg.drop_echoes else None,
+            )
+            if parsed is not None:
+                return parsed
+        rec.distill = "unparseable"
+        return None
+
+
+def select_rounds(rounds: list[RoundResult], select_from: str) -> list[RoundResult]:
+    """The rounds whose answers the final vote counts: all, the guided ones (round 2 on, or
+    all when there was only one round), or the last."""
+    if select_from == "last":
+        return rounds[-1:]
+    if select_from == "guided":
+        return [r for r in rounds if r.round > 1] or rounds
+    return rounds

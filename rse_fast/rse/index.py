@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,11 @@ def normalize_rows(vectors: object, dim: int) -> np.ndarray:
     if not finite.all():
         bad = np.flatnonzero(~finite)[:5].tolist()
         raise ValueError(f"vectors contain NaN or inf (rows {bad})")
+    if arr.dtype.itemsize > 4 and arr.size:
+        big = np.abs(arr).max(axis=1) > np.finfo(np.float32).max
+        if big.any():
+            bad = np.flatnonzero(big)[:5].tolist()
+            raise ValueError(f"vectors hold values beyond float32's range (rows {bad})")
     norms = np.linalg.norm(arr.astype(np.float64, copy=False), axis=1)
     if (norms == 0).any():
         bad = np.flatnonzero(norms == 0)[:5].tolist()
@@ -132,7 +138,10 @@ class SimilarityIndex:
         return view
 
     def max_similarity(self, vectors: object) -> tuple[np.ndarray, np.ndarray]:
-        """Max similarity of each vector to the index and the row holding it (-inf, -1 if empty)."""
+        """Max similarity of each vector to the index and the row holding it (-inf, -1 if empty).
+        An empty batch gives two empty arrays."""
+        if np.asarray(vectors).size == 0:
+            return np.empty(0, np.float32), np.empty(0, np.int64)
         unit = normalize_rows(vectors, self._dim)
         return kernels.bank_max_tiled(self._rows, self._n, unit)
 
@@ -188,6 +197,22 @@ class SimilarityIndex:
             self._append(unit[dec.accepted], digests[dec.accepted])
         return InsertResult(dec.accepted, dec.similarity, dec.match, rows, dec.match >= n0)
 
+    def replace(self, row: int, vector: object, key: str | bytes | None = None) -> None:
+        """Put a new vector (and key) in place of stored row ``row``: how a longer statement
+        takes the place of the near-duplicate it matched. Validated first; on error the index
+        is unchanged."""
+        unit = normalize_rows(np.asarray(vector).reshape(1, -1), self._dim)
+        digest = int(_digests(unit, None if key is None else [key])[0])
+        with self._lock:
+            if not 0 <= row < self._n:
+                raise ValueError(f"row {row} is not a stored row (the index has {self._n})")
+            old = int(self._digests[row])
+            if self._row_of_digest.get(old) == row:
+                del self._row_of_digest[old]
+            self._rows[row] = unit[0]
+            self._digests[row] = digest
+            self._row_of_digest.setdefault(digest, row)
+
     def extend(self, vectors: object, keys: Sequence[str | bytes] | None = None) -> np.ndarray:
         """Append rows without deduplication (bulk loading); returns their row ids."""
         unit = normalize_rows(vectors, self._dim)
@@ -238,8 +263,8 @@ class SimilarityIndex:
                 fmt = int(data["format"])
                 rows = data["rows"]
                 digests = data["digests"]
-        except (KeyError, OSError, ValueError) as exc:
-            raise ValueError(f"{path}: not a SimilarityIndex file ({exc})") from exc
+        except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{path}: not a SimilarityIndex file ({exc!r})") from None
         if fmt != _FORMAT:
             raise ValueError(f"{path}: unsupported index format {fmt}")
         if rows.ndim != 2 or rows.dtype != np.float32 or digests.shape != rows.shape[:1]:

@@ -25,13 +25,23 @@ class Progress:
 
 @dataclass(kw_only=True)
 class RolloutRecord:
+    """One rollout: its reply (content and, from thinking models, the reasoning trace), the
+    extracted answer, and what its distillation produced. ``truncated``: cut off by the length
+    limit (still distilled: its dead ends are real). ``distill_tries``: distillation calls made
+    (retries after unparseable replies included); ``echoes``: statements dropped for only
+    restating the problem or the instructions."""
+
     index: int
     text: str = ""
+    reasoning: str | None = None
     answer: str | None = None
     correct: bool | None = None
     finish_reason: str | None = None
+    truncated: bool = False
     error: str | None = None
     distill: Literal["ok", "unparseable", "failed", "skipped"] = "skipped"
+    distill_tries: int = 0
+    echoes: int = 0
     positive: list[str] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)
 

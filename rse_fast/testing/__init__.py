@@ -9,13 +9,14 @@ from rse_fast.lazy import attach
 
 _LAZY = {
     "ScriptedServer": "rse_fast.testing.server",
+    "Reply": "rse_fast.testing.server",
     "Rule": "rse_fast.testing.server",
     "Fault": "rse_fast.testing.server",
     "fault_mix": "rse_fast.testing.server",
 }
-__all__ = ["Fault", "Rule", "ScriptedServer", "fault_mix"]
+__all__ = ["Fault", "Reply", "Rule", "ScriptedServer", "fault_mix"]
 
 if TYPE_CHECKING:
-    from rse_fast.testing.server import Fault, Rule, ScriptedServer, fault_mix
+    from rse_fast.testing.server import Fault, Reply, Rule, ScriptedServer, fault_mix
 
 __getattr__, __dir__ = attach(__name__, _LAZY, globals())

@@ -1,9 +1,16 @@
 """Scripted OpenAI-compatible server: a deterministic test fixture, never a product model.
 
-Replies come from rules (regex over the prompt, or a predicate) mapping to text or to a callable;
-usage counts words; latency is fixed or drawn from a seeded distribution; faults are injected
-per request (HTTP errors with Retry-After, slow replies, truncated bodies, malformed JSON,
-connection resets, ignoring ``n``, omitting usage). Used by tests and benchmarks.
+It behaves like the real servers (vLLM, SGLang, llama.cpp) where a client can tell: a reply may
+carry a thinking model's trace in a separate ``reasoning_content`` (or ``reasoning``) field,
+tool calls (``content`` null, finish_reason ``tool_calls``) and a finish reason; streams start
+with a role-only chunk, send reasoning, content and tool-call deltas at a configurable token
+rate, end with the usage chunk only when ``stream_options.include_usage`` asks, then ``[DONE]``;
+errors are ``{"error": {"message", "type", "param", "code"}}`` (400 for a non-integer seed,
+401 without the configured key). Replies come from rules (regex over the prompt, or a
+predicate) mapping to text, a :class:`Reply` or a callable; usage counts words; latency (the
+"prefill" before the first byte) is fixed or drawn from a seeded distribution; faults are
+injected per request (HTTP errors with Retry-After, slow replies, truncated bodies, malformed
+JSON, connection resets, a stream dropped midway, ignoring ``n``, omitting usage).
 """
 
 from __future__ import annotations
@@ -20,8 +27,53 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-ReplyFn = Callable[[dict[str, Any], int], str]
-FaultKind = Literal["status", "slow", "truncate", "malformed", "reset", "ignore_n", "no_usage"]
+FaultKind = Literal[
+    "status", "slow", "truncate", "malformed", "reset", "drop_stream", "ignore_n", "no_usage"
+]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted choice: content, an optional reasoning trace (sent in ``reasoning_field``),
+    tool calls (``{"name", "arguments"}`` dicts; ids are added), and the finish reason."""
+
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    finish_reason: str | None = None
+    reasoning_field: str = "reasoning_content"
+
+    @property
+    def finish(self) -> str:
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
+
+    def message(self, index: int) -> dict[str, Any]:
+        msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": None if self.tool_calls and not self.content else self.content,
+        }
+        if self.reasoning is not None:
+            msg[self.reasoning_field] = self.reasoning
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": f"call_{index}_{k}",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c.get("arguments", "{}")},
+                }
+                for k, c in enumerate(self.tool_calls)
+            ]
+        return msg
+
+    @property
+    def tokens(self) -> int:
+        calls = " ".join(
+            str(c.get("name", "")) + str(c.get("arguments", "")) for c in self.tool_calls
+        )
+        return word_count(" ".join([self.reasoning or "", self.content, calls]))
+
+
+ReplyFn = Callable[[dict[str, Any], int], "str | Reply"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +82,7 @@ class Rule:
     ``reply``: fixed text, or ``fn(body, choice_index) -> text``."""
 
     match: str | re.Pattern[str] | Callable[[dict[str, Any]], bool]
-    reply: str | ReplyFn
+    reply: str | Reply | ReplyFn
 
     def matches(self, body: dict[str, Any], prompt: str) -> bool:
         if callable(self.match) and not isinstance(self.match, re.Pattern):
@@ -50,6 +102,7 @@ class Fault:
     delay_s: float = 0.0
     message: str | None = None
     param: str | None = None
+    after_chunks: int = 2  # drop_stream: chunks sent before the connection is cut
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
@@ -92,8 +145,10 @@ def fault_mix(probabilities: dict[Fault, float], seed: int = 0) -> FaultPlan:
 @dataclass
 class ScriptedServer:
     rules: Sequence[Rule] = ()
-    default_reply: str | ReplyFn = "The answer is \\boxed{42}."
+    default_reply: str | Reply | ReplyFn = "The answer is \\boxed{42}."
     latency: float | Callable[[random.Random], float] = 0.0
+    stream_tokens_per_s: float | None = None  # None: stream as fast as possible
+    api_key: str | None = None  # when set, requests need "Authorization: Bearer <key>"
     faults: Sequence[Fault | None] | FaultPlan = ()
     ignore_n: bool = False
     usage_first_choice_only: bool = False  # llama.cpp's quirk with n > 1
@@ -141,13 +196,15 @@ class ScriptedServer:
         await self.stop()
 
     # -- replies ---------------------------------------------------------------------------
-    def reply_for(self, body: dict[str, Any], index: int) -> str:
+    def reply_for(self, body: dict[str, Any], index: int) -> Reply:
         prompt = prompt_text(body)
+        chosen: str | Reply | ReplyFn = self.default_reply
         for rule in self.rules:
             if rule.matches(body, prompt):
-                return rule.reply if isinstance(rule.reply, str) else rule.reply(body, index)
-        d = self.default_reply
-        return d if isinstance(d, str) else d(body, index)
+                chosen = rule.reply
+                break
+        out = chosen if isinstance(chosen, (str, Reply)) else chosen(body, index)
+        return Reply(content=out) if isinstance(out, str) else out
 
     def _fault(self, i: int, body: dict[str, Any]) -> Fault | None:
         if callable(self.faults):
@@ -175,7 +232,14 @@ class ScriptedServer:
         )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        if self.api_key is not None and request.headers.get("Authorization") != (
+            f"Bearer {self.api_key}"
+        ):
+            return web.json_response(error_body(401, "invalid API key"), status=401)
         body = await request.json()
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            return web.json_response(error_body(400, "seed must be an integer", "seed"), status=400)
         i = len(self.requests)
         self.requests.append(body)
         self.in_flight += 1
@@ -209,32 +273,23 @@ class ScriptedServer:
         n = int(body.get("n") or 1)
         if self.ignore_n or (fault is not None and fault.kind == "ignore_n"):
             n = 1
-        texts = [self.reply_for(body, k) for k in range(n)]
+        replies = [self.reply_for(body, k) for k in range(n)]
         if body.get("stream"):
-            return await self._stream(request, body, texts[0])
-        counts = [word_count(t) for t in texts]
+            return await self._stream(request, body, replies[0], fault)
+        counts = [r.tokens for r in replies]
         payload: dict[str, Any] = {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model") or self.model,
             "choices": [
-                {
-                    "index": k,
-                    "message": {"role": "assistant", "content": t},
-                    "finish_reason": "stop",
-                }
-                for k, t in enumerate(texts)
+                {"index": k, "message": r.message(k), "finish_reason": r.finish}
+                for k, r in enumerate(replies)
             ],
         }
         if fault is None or fault.kind != "no_usage":
             completion = counts[0] if self.usage_first_choice_only else sum(counts)
-            prompt = word_count(prompt_text(body))
-            payload["usage"] = {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            }
+            payload["usage"] = self._usage(body, completion, replies)
         raw = json.dumps(payload).encode()
         if fault is not None and fault.kind == "malformed":
             return web.Response(body=raw[: len(raw) // 2], content_type="application/json")
@@ -248,42 +303,79 @@ class ScriptedServer:
             return resp
         return web.Response(body=raw, content_type="application/json")
 
+    @staticmethod
+    def _usage(body: dict[str, Any], completion: int, replies: Sequence[Reply]) -> dict[str, Any]:
+        prompt = word_count(prompt_text(body))
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        thinking = [word_count(r.reasoning) for r in replies if r.reasoning]
+        if thinking:
+            usage["completion_tokens_details"] = {"reasoning_tokens": sum(thinking)}
+        return usage
+
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], text: str
+        self, request: web.Request, body: dict[str, Any], reply: Reply, fault: Fault | None
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
         model = body.get("model") or self.model
+        created = int(time.time())
+        gap = 1.0 / self.stream_tokens_per_s if self.stream_tokens_per_s else 0.0
+        sent = 0
 
-        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
-            data: dict[str, Any] = {
+        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+            nonlocal sent
+            data = {
                 "id": "chatcmpl-stream",
                 "object": "chat.completion.chunk",
+                "created": created,
                 "model": model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
-            return f"data: {json.dumps(data)}\n\n".encode()
+            if fault is not None and fault.kind == "drop_stream" and sent >= fault.after_chunks:
+                if request.transport is not None:
+                    request.transport.abort()
+                raise ConnectionResetError("scripted drop mid-stream")
+            await resp.write(f"data: {json.dumps(data)}\n\n".encode())
+            sent += 1
+            if gap and "role" not in delta:
+                await asyncio.sleep(gap)
 
-        await resp.write(chunk({"role": "assistant"}, None))
-        words = text.split(" ")
-        for k, w in enumerate(words):
-            await resp.write(chunk({"content": w if k == 0 else " " + w}, None))
-        await resp.write(chunk({}, "stop"))
+        def pieces(text: str) -> list[str]:
+            words = text.split(" ")
+            return [w if k == 0 else " " + w for k, w in enumerate(words)]
+
+        try:
+            await send({"role": "assistant", "content": ""})
+            for piece in pieces(reply.reasoning or "") if reply.reasoning else []:
+                await send({reply.reasoning_field: piece})
+            for piece in pieces(reply.content) if reply.content else []:
+                await send({"content": piece})
+            for k, call in enumerate(reply.message(0).get("tool_calls") or []):
+                fn = call["function"]
+                head = {"index": k, "id": call["id"], "type": "function"}
+                await send({"tool_calls": [{**head, "function": {"name": fn["name"]}}]})
+                args = fn["arguments"]
+                for a in range(0, len(args), 8):
+                    await send(
+                        {"tool_calls": [{"index": k, "function": {"arguments": args[a : a + 8]}}]}
+                    )
+            await send({}, reply.finish)
+        except ConnectionResetError:
+            return resp
         if (body.get("stream_options") or {}).get("include_usage"):
-            prompt, completion = word_count(prompt_text(body)), word_count(text)
-            usage = {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            }
             data: dict[str, Any] = {
                 "id": "chatcmpl-stream",
                 "object": "chat.completion.chunk",
+                "created": created,
                 "model": model,
                 "choices": [],
-                "usage": usage,
+                "usage": self._usage(body, reply.tokens, [reply]),
             }
             await resp.write(f"data: {json.dumps(data)}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")

@@ -18,7 +18,12 @@ def is_distill(body: dict) -> bool:
 
 
 def is_solve(body: dict) -> bool:
-    return body["messages"][0]["content"] == SOLVE_SYSTEM
+    return body["messages"][0]["content"].startswith(SOLVE_SYSTEM)
+
+
+def prompt_of(body: dict) -> str:
+    """The whole prompt (the guided bank sits in the system turn, the problem in the user's)."""
+    return "\n".join(m["content"] for m in body["messages"])
 
 
 def rollout_index(body: dict) -> int:
@@ -26,8 +31,7 @@ def rollout_index(body: dict) -> int:
 
 
 def solve_reply(body: dict, _: int) -> str:
-    prompt = body["messages"][-1]["content"]
-    if PITFALL in prompt:
+    if PITFALL in prompt_of(body):
         return "Units: 7 + 5 = 12, write 2 carry 1. Tens: 2 + 1 + 1 = 4. \\boxed{42}"
     return "7 + 5 = 12, write 2. 2 + 1 = 3. So the sum is \\boxed{32}"
 
@@ -53,6 +57,7 @@ __all__ = [
     "PROBLEM",
     "is_distill",
     "is_solve",
+    "prompt_of",
     "reply",
     "rollout_index",
 ]
