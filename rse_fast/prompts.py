@@ -122,23 +122,33 @@ def distill_messages(
     return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
 
 
+#: Characters per field of a distilled item. Why: constrained decoding enforces them, so a
+#: small distiller cannot fill every field at length (measured: ~900 tokens per reply without
+#: bounds, several times the rollout it distils).
+FIELD_CHARS = {"statement": 200, "conditions": 100, "source": 80, "context": 100, "trigger": 100,
+               "action": 120, "consequence": 100}  # fmt: skip
+
+
 def distill_schema(max_items: int) -> dict[str, Any]:
     """``response_format`` for servers with JSON-schema constrained decoding."""
-    text = {"type": "string"}
+
+    def text(name: str) -> dict[str, Any]:
+        return {"type": "string", "minLength": 1, "maxLength": FIELD_CHARS[name]}
+
     proposition = {
         "type": "object",
-        "properties": {"statement": text, "conditions": text, "source": text},
+        "properties": {n: text(n) for n in ("statement", "conditions", "source")},
         "required": ["statement", "conditions", "source"],
         "additionalProperties": False,
     }
     pitfall = {
         "type": "object",
         "properties": {
-            "context": text,
+            "context": text("context"),
             "kind": {"type": "string", "enum": list(PITFALL_KINDS)},
-            "trigger": text,
-            "action": text,
-            "consequence": text,
+            "trigger": text("trigger"),
+            "action": text("action"),
+            "consequence": text("consequence"),
         },
         "required": ["context", "kind", "trigger", "action", "consequence"],
         "additionalProperties": False,

@@ -67,3 +67,37 @@ def mean_pairwise_cosine(vectors: np.ndarray) -> float | None:
 def mean(xs: Sequence[float | None]) -> float | None:
     vals = [x for x in xs if x is not None and not math.isnan(x)]
     return sum(vals) / len(vals) if vals else None
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float], *, resamples: int = 10_000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean (NaN values dropped)."""
+    x = np.asarray([v for v in values if v == v], dtype=np.float64)
+    if x.size == 0:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return (float(lo), float(hi))
+
+
+def paired_difference(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, tuple[float, float]]:
+    """Mean of ``a - b`` over paired items (same problems) and its bootstrap interval:
+    resampling problems, not samples, so per-problem difficulty cancels."""
+    if len(a) != len(b):
+        raise ValueError(f"paired samples differ in length: {len(a)} vs {len(b)}")
+    diffs = [x - y for x, y in zip(a, b, strict=True) if x == x and y == y]
+    if not diffs:
+        return (math.nan, (math.nan, math.nan))
+    return (
+        float(np.mean(diffs)),
+        bootstrap_mean_ci(diffs, resamples=resamples, level=level, seed=seed),
+    )

@@ -30,7 +30,8 @@ class RSEConfig:
         distill_extra: extra request fields for distillation calls, e.g.
             ``{"chat_template_kwargs": {"enable_thinking": False}}`` on Qwen3-style servers.
         max_experiences_per_rollout, max_words_per_experience, max_chars_per_experience:
-            what one distillation may add, and how long each statement may be.
+            what one distillation may add per type, and how long each statement may be (small
+            distillers fill lists to the cap, so the default is small).
         attempt_max_tokens: the distiller sees the rollout's reasoning trace and final response
             clipped to this many tokens (head and tail kept).
         bank_token_budget, max_rendered_per_type: how much of the bank the prompt shows
@@ -64,7 +65,7 @@ class RSEConfig:
     distill_retries: int = 2
     distill_model: str | None = None
     distill_extra: Mapping[str, Any] | None = None
-    max_experiences_per_rollout: int = 5
+    max_experiences_per_rollout: int = 3
     max_words_per_experience: int = 40
     max_chars_per_experience: int = 300
     attempt_max_tokens: int = 6000

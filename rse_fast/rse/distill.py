@@ -16,12 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rse_fast.prompts import (
-    DISTILL_SYSTEM,
-    distill_messages,
-    render_pitfall,
-    render_proposition,
-)
+from rse_fast.prompts import render_pitfall, render_proposition
 
 POSITIVE_KEYS = (
     "propositions",
@@ -62,45 +57,57 @@ def _first_json_object(text: str) -> Any:
     return None
 
 
-def _field(item: dict[str, Any], *names: str) -> str:
+def _field(item: dict[str, Any], problem: str | None, *names: str) -> str:
+    """The first non-empty field of ``names``; "" when it only echoes the problem or the
+    instructions (a field such as "from the attempt" carries nothing)."""
     for name in names:
         value = item.get(name)
         if isinstance(value, str) and value.strip():
-            return value
+            return "" if problem is not None and is_echo(value, problem) else value
     return ""
 
 
-def _item_text(item: dict[str, Any], positive: bool) -> str:
+def _item_text(item: dict[str, Any], positive: bool, problem: str | None) -> str:
+    """One line for a structured item; "" when its main field (a proposition's statement, a
+    pitfall's wrong move) is missing or an echo."""
     if positive:
-        statement = _field(item, "statement", "proposition", "text", "content")
+        statement = _field(item, problem, "statement", "proposition", "text", "content")
         if not statement:
             return ""
         return render_proposition(
-            statement, _field(item, "conditions", "condition"), _field(item, "source")
+            statement,
+            _field(item, problem, "conditions", "condition"),
+            _field(item, problem, "source"),
         )
+    action = _field(item, problem, "action", "invalid_action", "text", "statement", "content")
+    if not action:
+        return ""
     return render_pitfall(
-        _field(item, "context"),
-        _field(item, "kind", "type"),
-        _field(item, "trigger"),
-        _field(item, "action", "invalid_action"),
-        _field(item, "consequence"),
-    ) or _field(item, "text", "statement", "content")
+        _field(item, problem, "context"),
+        _field(item, None, "kind", "type"),
+        _field(item, problem, "trigger"),
+        action,
+        _field(item, problem, "consequence"),
+    )
 
 
-def _as_texts(value: Any, positive: bool) -> list[str] | None:
+def _as_texts(value: Any, positive: bool, problem: str | None) -> tuple[list[str], int] | None:
+    """Texts of a list of items and how many structured items were echoes."""
     if isinstance(value, str):
-        return [value]
+        return [value], 0
     if not isinstance(value, list):
         return None
-    out = []
+    out, echoes = [], 0
     for item in value:
         if isinstance(item, str):
             out.append(item)
         elif isinstance(item, dict):
-            text = _item_text(item, positive)
+            text = _item_text(item, positive, problem)
             if text:
                 out.append(text)
-    return out
+            else:
+                echoes += 1
+    return out, echoes
 
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -111,15 +118,33 @@ _STOP = frozenset(
 
 
 def _content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP}
+    """Lower-case words of 3+ characters, stop words out, a plural "s" stripped."""
+    words = (w for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP)
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words}
 
 
-def _instruction_words() -> frozenset[str]:
-    template = distill_messages("", "", 0, 0)[1]["content"] + " " + DISTILL_SYSTEM
-    return frozenset(_content_words(template))
+#: Words of verdicts that say nothing about the problem ("the attempt was incorrect").
+GENERIC_WORDS = frozenset(
+    "incorrect correct correctly incorrectly failed fail fails wrong wrongly expected result "
+    "results solution solutions solve solving solved problem problems answer answers provided "
+    "produce produced error errors mistake mistakes approach method methods carefully properly "
+    "process calculation calculations final given need needs needed follow following break "
+    "down let lets outlined revisit examine re-examine test retest these those".split()
+)
 
 
-INSTRUCTION_WORDS = _instruction_words()
+#: Words the distiller's instructions use and a statement about the problem has no need of
+#: ("the attempt did not check the claim that every claim is an unverified hypothesis").
+INSTRUCTION_WORDS = (
+    frozenset(
+        "attempt attempts unverified hypothesis hypotheses claim claims verify verified check "
+        "checked checking proposition propositions pitfall pitfalls lesson lessons reuse "
+        "reusable derive derived rederived review extract json later went took stuck risk "
+        "risky dead end fatal flaw trigger consequence lemma lemmas intermediate statement "
+        "conditions source context kind move moves reformulation reformulations step".split()
+    )
+    | GENERIC_WORDS
+)
 
 
 def is_echo(statement: str, problem: str) -> bool:
@@ -157,16 +182,16 @@ def parse_distillation(
     if not isinstance(data, dict):
         return None
     lowered = {str(k).lower(): v for k, v in data.items()}
-    pos = next((_as_texts(lowered[k], True) for k in POSITIVE_KEYS if k in lowered), None)
-    neg = next((_as_texts(lowered[k], False) for k in NEGATIVE_KEYS if k in lowered), None)
+    pos = next((_as_texts(lowered[k], True, problem) for k in POSITIVE_KEYS if k in lowered), None)
+    neg = next((_as_texts(lowered[k], False, problem) for k in NEGATIVE_KEYS if k in lowered), None)
     if pos is None and neg is None:
         return None
-    echoes = 0
+    echoes = (pos[1] if pos else 0) + (neg[1] if neg else 0)
 
-    def tidy(items: list[str] | None) -> list[str]:
+    def tidy(found: tuple[list[str], int] | None) -> list[str]:
         nonlocal echoes
         out: list[str] = []
-        for t in items or []:
+        for t in found[0] if found else []:
             c = clean_statement(t, max_chars)
             if problem is not None and c and is_echo(c, problem):
                 echoes += 1

@@ -1,0 +1,86 @@
+"""Run one TTS method over a list of problems against one server, appending a JSONL record per
+problem (resumable). Written against the API that the current tree and the previous release
+share, so ``bench/rse_ablation.py`` can run it with either on ``PYTHONPATH``:
+
+    python bench/rse_worker.py --problems P.json --out OUT.jsonl --url URL --model M \
+        --method rse --budget 3000 [--variant neg-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _imports() -> tuple[Any, Any, Any, Any]:
+    try:  # the current layout
+        from rse_fast.encoder import Encoder
+        from rse_fast.llm.client import LLMClient
+        from rse_fast.methods import Problem, make_method
+    except ImportError:  # the flat layout of the previous release
+        from rse_fast.client import LLMClient  # type: ignore[no-redef]
+        from rse_fast.encoder import Encoder  # type: ignore[no-redef]
+        from rse_fast.methods import Problem, make_method  # type: ignore[no-redef]
+    return Encoder, LLMClient, Problem, make_method
+
+
+async def run(args: argparse.Namespace) -> None:
+    Encoder, LLMClient, Problem, make_method = _imports()
+    problems = json.loads(Path(args.problems).read_text())
+    out = Path(args.out)
+    done = set()
+    if out.exists():
+        done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
+    todo = [p for p in problems if p["id"] not in done]
+    if not todo:
+        return
+    options: dict[str, Any] = {"parallel": args.parallel, "max_tokens": args.max_tokens}
+    if args.method == "rse":
+        options["encoder"] = Encoder()
+        options["k"] = args.k
+    name = f"rse:{args.variant}" if args.variant else args.method
+    async with LLMClient(args.url, args.model) as client:
+        for p in todo:
+            method = make_method(name, seed=args.seed, **options)
+            t0 = time.perf_counter()
+            res = await method.run(Problem(p["id"], p["prompt"], p["gold"]), args.budget, client)
+            rec = {
+                "id": p["id"],
+                "label": args.label,
+                "tokens": res.tokens,
+                "wall_s": time.perf_counter() - t0,
+                "final_text": res.final.text if res.final else "",
+                "final_answer": res.final.answer if res.final else None,
+                "pool_texts": [c.text for c in res.pool],
+                "accuracy_per_round": res.meta.get("accuracy_per_round"),
+                "rounds": res.meta.get("rounds"),
+                "bank_sizes": res.meta.get("bank_sizes"),
+            }
+            with open(out, "a") as fh:
+                fh.write(json.dumps(rec) + "\n")
+                fh.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--method", required=True)
+    parser.add_argument("--variant")
+    parser.add_argument("--label", required=True)
+    parser.add_argument("--budget", type=int, required=True)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=384)
+    parser.add_argument("--seed", type=int, default=0)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
