@@ -88,6 +88,17 @@ def _config(args: argparse.Namespace, local: bool) -> RSEConfig:
         temperature=args.temperature,
         max_tokens=args.max_tokens,
         seed=args.seed,
+        select_from=args.select_from,
+        dedup_policy=args.dedup_policy,
+        dedup_order=args.dedup_order,
+        dedup=not args.no_dedup,
+        use_positive=not args.no_positive,
+        use_negative=not args.no_negative,
+        bank_token_budget=args.bank_tokens,
+        distill_model=args.distill_model,
+        distill_max_tokens=args.distill_max_tokens,
+        distill_retries=args.distill_retries,
+        distill_extra=json.loads(args.distill_extra) if args.distill_extra else None,
     )
 
 
@@ -125,9 +136,36 @@ async def _solve(args: argparse.Namespace) -> RSEResult:
         if trace is not None:
             stack.callback(trace.close)
         client = await _connect(args, stack, cfg.k_for_round(1), trace)
+        distill_client = None
+        if args.distill_base_url:
+            from rse_fast.llm.client import LLMClient
+
+            distill_client = await stack.enter_async_context(
+                LLMClient(
+                    args.distill_base_url,
+                    cfg.distill_model or client.model,
+                    api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+                )
+            )
         progress = None if args.quiet else _progress_printer()
-        rse = RSE(client, Encoder(), cfg, checkpoint_dir=args.checkpoint, progress=progress)
-        return await rse.solve(args.problem, gold=args.gold, resume=args.resume)
+        encoder = Encoder()
+        rse = RSE(
+            client,
+            encoder,
+            cfg,
+            checkpoint_dir=args.checkpoint,
+            progress=progress,
+            distill_client=distill_client,
+        )
+        bank = None
+        if args.bank_in:
+            from rse_fast.rse.bank import ExperienceBank
+
+            bank = ExperienceBank.load(args.bank_in)
+        result = await rse.solve(args.problem, gold=args.gold, resume=args.resume, bank=bank)
+        if args.bank_out and rse.bank is not None:
+            rse.bank.save(args.bank_out)
+        return result
     raise AssertionError("unreachable")
 
 
@@ -166,6 +204,31 @@ def add_solve_parser(sub: Any) -> None:
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    g = p.add_argument_group("experience bank and ablations")
+    g.add_argument("--bank-in", metavar="PATH", help="start from a bank saved by --bank-out")
+    g.add_argument("--bank-out", metavar="PATH", help="save the final bank (PATH.json/.npz)")
+    g.add_argument("--bank-tokens", type=int, default=1000, help="prompt tokens for the bank")
+    g.add_argument(
+        "--select-from",
+        choices=("all", "guided", "last"),
+        default="all",
+        help="rounds whose answers the final vote counts",
+    )
+    g.add_argument("--dedup-policy", choices=("keep-first", "replace-longer"), default="keep-first")
+    g.add_argument("--dedup-order", choices=("rollout", "longest", "shortest"), default="rollout")
+    g.add_argument("--no-dedup", action="store_true", help="keep every distinct statement")
+    g.add_argument("--no-positive", action="store_true", help="recycle pitfalls only")
+    g.add_argument("--no-negative", action="store_true", help="recycle propositions only")
+    d = p.add_argument_group("distillation")
+    d.add_argument("--distill-base-url", help="another server for distillation")
+    d.add_argument("--distill-model", help="model name for distillation")
+    d.add_argument("--distill-max-tokens", type=int, default=4096)
+    d.add_argument("--distill-retries", type=int, default=2)
+    d.add_argument(
+        "--distill-extra",
+        metavar="JSON",
+        help='extra body fields, e.g. \'{"chat_template_kwargs": {"enable_thinking": false}}\'',
+    )
 
 
 def add_local_arguments(p: Any) -> None:

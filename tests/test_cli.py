@@ -53,3 +53,24 @@ def test_resume_needs_a_checkpoint_dir(capsys):
 def test_bad_config_is_reported(capsys):
     with pytest.raises(ValueError, match="rounds"):
         cli.main(["solve", "x", "--base-url", "http://127.0.0.1:1", "--rounds", "0"])
+
+
+def test_bank_carried_across_problems_with_bank_out_and_bank_in(capsys, tmp_path):
+    from rse_fast.prompts import ORIGIN_RELATED
+    from rse_fast.rse.bank import ExperienceBank
+
+    from fakes.scripted_model import PITFALL, is_solve, prompt_of
+
+    bank = tmp_path / "bank"
+    with threaded_server(default_reply=reply) as srv:
+        base = ["--base-url", srv.base_url, "--rounds", "1", "--k", "2", "--quiet"]
+        assert cli.main(["solve", PROBLEM, *base, "--bank-out", str(bank), "--no-positive"]) == 0
+        saved = ExperienceBank.load(bank)
+        assert saved.sizes() == {"negative": 1, "positive": 0}
+        assert saved.texts("negative") == [PITFALL]
+        n_before = len(srv.requests)
+        other = "What is 38 + 27? Mind the carry."
+        assert cli.main(["solve", other, *base, "--bank-in", str(bank)]) == 0
+        first_prompts = [prompt_of(b) for b in srv.requests[n_before:] if is_solve(b)]
+    capsys.readouterr()
+    assert first_prompts and all(ORIGIN_RELATED in p and PITFALL in p for p in first_prompts)

@@ -92,6 +92,7 @@ class RSE:
         self.config = config or RSEConfig()
         self.checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
         self.progress = progress
+        self.bank: ExperienceBank | None = None  # the bank of the last solve, when it ends
         kernels.warmup(self.encoder.dim)
 
     def solve_sync(self, problem: str, **kw: Any) -> RSEResult:
@@ -140,6 +141,7 @@ class RSE:
                 rounds, bank, records = saved
                 self.client.ledger.restore(records)
         resumed_from = len(rounds)
+        self.bank = bank
         block = self._render(bank, problem)
         for r in range(len(rounds) + 1, cfg.rounds + 1):
             result, block = await self.run_round(problem, r, bank, gold, block)
