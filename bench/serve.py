@@ -1,11 +1,18 @@
-"""Service load test (loopback only, bounded): latency the service adds to pass-through requests.
+"""Service load test (loopback only, bounded): latency the service adds to pass-through requests,
+against the floor a minimal proxy sets, in the same run.
 
-    python bench/serve.py --quick   # 200 concurrent, < 60 s
+    python bench/serve.py --quick            # 200 concurrent, 1 s upstream, < 60 s
+    python bench/serve.py --soak             # also 20,000 requests: RSS must stay flat
+    python bench/serve.py --workers 2        # the service with two processes on one port
 
-The scripted upstream (fixed latency) and the service each run in their own process. The same
-load (200 concurrent workers, a fixed number of requests each) goes once straight to the
-upstream and once through the service, in the same run; added latency = service percentile −
-direct percentile. Also: errors, and the service's peak RSS (VmHWM) and its growth.
+The scripted upstream (fixed latency), our service and the *floor* (a minimal raw-bytes aiohttp
+proxy written here: read the body, POST it upstream, return the bytes, nothing else) each run in
+their own process. The same load (``--concurrency`` workers, a fixed number of requests each)
+goes straight to the upstream, through our service and through the floor, then straight again
+(drift check). Added latency = percentile through a proxy − direct percentile. Streamed:
+time to the first content byte, direct vs through the service, with the upstream streaming at
+60 tokens/s after its latency. Soak: ``--soak-requests`` pass-through requests, RSS of the
+service after a warm-up and at the end.
 """
 
 from __future__ import annotations
@@ -31,8 +38,44 @@ BODY = {
     "messages": [{"role": "user", "content": "What is 6 * 7?"}],
     "max_tokens": 16,
 }
+STREAM_BODY = {**BODY, "stream": True}
 
 
+# -- the floor: the least a proxy can do -------------------------------------------------------
+def floor_proxy(port: int, upstream: str) -> None:
+    from aiohttp import web
+
+    async def main() -> None:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+        async def chat(request: web.Request) -> web.StreamResponse:
+            data = await request.read()
+            headers = {"Content-Type": "application/json"}
+            async with session.post(
+                upstream + "/chat/completions", data=data, headers=headers
+            ) as r:
+                if r.content_type != "text/event-stream":
+                    return web.Response(body=await r.read(), status=r.status,
+                                        content_type="application/json")  # fmt: skip
+                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                await resp.prepare(request)
+                async for chunk in r.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
+                return resp
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        print("FLOOR READY", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# -- processes and load ------------------------------------------------------------------------
 def start(cmd: list[str], ready: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -43,14 +86,26 @@ def start(cmd: list[str], ready: str) -> subprocess.Popen[str]:
     return proc
 
 
-def rss_mb(pid: int, field: str) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
 
-async def load(url: str, concurrency: int, per_worker: int) -> tuple[list[float], int]:
+def service_rss(proc: subprocess.Popen[str]) -> float:
+    """RSS of the service: its process and, with --workers, the worker processes."""
+    pids = [proc.pid]
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    if children.exists():
+        pids += [int(p) for p in children.read_text().split()]
+    return sum(rss_mb(p) for p in pids)
+
+
+async def load(
+    url: str, concurrency: int, per_worker: int, body: dict[str, Any], warm: bool = True
+) -> tuple[list[float], int]:
+    """Latency of each request (streamed: time to the first content byte), and the errors."""
     latencies: list[float] = []
     errors = 0
     connector = aiohttp.TCPConnector(limit=0)
@@ -60,18 +115,25 @@ async def load(url: str, concurrency: int, per_worker: int) -> tuple[list[float]
             nonlocal errors
             for _ in range(per_worker):
                 t0 = time.perf_counter()
+                first = None
                 try:
-                    async with session.post(url + "/chat/completions", json=BODY) as resp:
-                        await resp.read()
+                    async with session.post(url + "/chat/completions", json=body) as resp:
+                        if body.get("stream"):
+                            async for line in resp.content:
+                                if first is None and b'"content": "' in line and b'""' not in line:
+                                    first = time.perf_counter()
+                        else:
+                            await resp.read()
                         ok = resp.status == 200
                 except aiohttp.ClientError:
                     ok = False
-                latencies.append(time.perf_counter() - t0)
+                latencies.append((first or time.perf_counter()) - t0)
                 errors += not ok
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))  # warm-up round
-        latencies.clear()
-        errors = 0
+        if warm:
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            latencies.clear()
+            errors = 0
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return latencies, errors
 
@@ -80,85 +142,136 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.array(xs) * 1e3, q))
 
 
-async def run(quick: bool, latency: float, concurrency: int) -> dict[str, Any]:
-    up_port, svc_port = free_port(), free_port()
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    up_port, svc_port, floor_port = free_port(), free_port(), free_port()
     upstream = start(
-        [
-            sys.executable,
-            "-m",
-            "rse_fast.testing",
-            "--port",
-            str(up_port),
-            "--latency",
-            str(latency),
-        ],
+        [sys.executable, "-m", "rse_fast.testing", "--port", str(up_port),
+         "--latency", str(args.latency), "--tokens-per-s", "60"],
         "READY",
-    )
+    )  # fmt: skip
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     service = start(
-        [
-            sys.executable,
-            "-m",
-            "rse_fast.cli",
-            "serve",
-            "--upstream",
-            upstream_url,
-            "--port",
-            str(svc_port),
-            "--per-key-concurrency",
-            "100000",
-        ],
+        [sys.executable, "-m", "rse_fast.cli", "serve", "--upstream", upstream_url,
+         "--port", str(svc_port), "--per-key-concurrency", "100000",
+         "--workers", str(args.workers)],
         "rse-fast service",
+    )  # fmt: skip
+    floor = start(
+        [sys.executable, __file__, "--floor-proxy", str(floor_port), "--upstream", upstream_url],
+        "FLOOR READY",
     )
     service_url = f"http://127.0.0.1:{svc_port}/v1"
-    per_worker = 3 if quick else 20
+    floor_url = f"http://127.0.0.1:{floor_port}/v1"
+    per_worker = 3 if args.quick else 20
+    c = args.concurrency
+    out: dict[str, Any] = {}
     try:
-        rss_start = rss_mb(service.pid, "VmRSS")
-        direct, direct_err = await load(upstream_url, concurrency, per_worker)
-        through, through_err = await load(service_url, concurrency, per_worker)
-        direct2, _ = await load(upstream_url, concurrency, per_worker)  # drift check
-        peak = rss_mb(service.pid, "VmHWM")
+        rss_start = service_rss(service)
+        direct, e1 = await load(upstream_url, c, per_worker, BODY)
+        through, e2 = await load(service_url, c, per_worker, BODY)
+        floored, e3 = await load(floor_url, c, per_worker, BODY)
+        direct2, e4 = await load(upstream_url, c, per_worker, BODY)
+        sc = max(10, c // 4)  # streamed: time to first token, at a lighter load
+        s_direct, e5 = await load(upstream_url, sc, per_worker, STREAM_BODY)
+        s_through, e6 = await load(service_url, sc, per_worker, STREAM_BODY)
+        s_floor, e7 = await load(floor_url, sc, per_worker, STREAM_BODY)
+        if args.soak:
+            out.update(await soak(service, upstream_url, service_url, args.soak_requests))
+        peak = service_rss(service)
     finally:
-        for proc in (service, upstream):
+        for proc in (service, floor, upstream):
             proc.terminate()
             proc.wait(10)
     direct_all = direct + direct2
-    return {
-        "mode": "quick" if quick else "full",
-        "concurrency": concurrency,
-        "upstream_latency_ms": latency * 1e3,
-        "requests_per_phase": concurrency * per_worker,
+    added = pct(through, 99) - pct(direct_all, 99)
+    floor_added = pct(floored, 99) - pct(direct_all, 99)
+    out = {
+        "mode": "quick" if args.quick else "full",
+        "workers": args.workers,
+        "concurrency": c,
+        "upstream_latency_ms": args.latency * 1e3,
+        "requests_per_phase": c * per_worker,
         "p50_added_ms": pct(through, 50) - pct(direct_all, 50),
-        "p99_added_ms": pct(through, 99) - pct(direct_all, 99),
+        "p99_added_ms": added,
+        "floor_p50_added_ms": pct(floored, 50) - pct(direct_all, 50),
+        "floor_p99_added_ms": floor_added,
+        "p99_added_vs_floor": added / floor_added if floor_added > 0 else None,
         "direct_p50_ms": pct(direct_all, 50),
         "direct_p99_ms": pct(direct_all, 99),
-        "service_p50_ms": pct(through, 50),
         "service_p99_ms": pct(through, 99),
+        "floor_p99_ms": pct(floored, 99),
         "direct_drift_p50_ms": pct(direct2, 50) - pct(direct, 50),
-        "errors": through_err + direct_err,
+        "stream_concurrency": sc,
+        "ttft_direct_p50_ms": pct(s_direct, 50),
+        "ttft_added_p50_ms": pct(s_through, 50) - pct(s_direct, 50),
+        "ttft_floor_added_p50_ms": pct(s_floor, 50) - pct(s_direct, 50),
+        "ttft_added_p99_ms": pct(s_through, 99) - pct(s_direct, 99),
+        "errors": e1 + e2 + e3 + e4 + e5 + e6 + e7,
         "peak_rss_mb": peak,
         "rss_at_start_mb": rss_start,
-        "rss_growth_mb": peak - rss_start,
+        **out,
+    }
+    return out
+
+
+async def soak(
+    service: subprocess.Popen[str], upstream_url: str, service_url: str, total: int
+) -> dict[str, Any]:
+    """``total`` pass-through requests at concurrency 50 (upstream without latency): the
+    service's RSS after the first tenth (warm-up) and at the end."""
+    from aiohttp import ClientSession, TCPConnector
+
+    concurrency, done, errors = 50, 0, 0
+    warm_rss = None
+    async with ClientSession(connector=TCPConnector(limit=0)) as session:
+
+        async def worker(n: int) -> None:
+            nonlocal done, errors, warm_rss
+            for _ in range(n):
+                async with session.post(service_url + "/chat/completions", json=BODY) as r:
+                    await r.read()
+                    errors += r.status != 200
+                done += 1
+                if warm_rss is None and done >= total // 10:
+                    warm_rss = service_rss(service)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
+    end = service_rss(service)
+    return {
+        "soak_requests": done,
+        "soak_errors": errors,
+        "soak_rss_after_warmup_mb": warm_rss,
+        "soak_rss_end_mb": end,
+        "soak_rss_growth_mb": end - (warm_rss or end),
+        "soak_s": time.perf_counter() - t0,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--soak", action="store_true", help="also the 20,000-request soak")
+    parser.add_argument("--soak-requests", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=1, help="service processes")
     parser.add_argument(
-        "--latency",
-        type=float,
-        default=1.0,
-        help="upstream latency in seconds (an LLM call takes seconds)",
+        "--latency", type=float, default=1.0, help="upstream latency in seconds (LLM-like)"
     )
     parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--floor-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor_proxy:
+        floor_proxy(args.floor_proxy, args.upstream)
+        return
     t0 = time.perf_counter()
-    payload = asyncio.run(run(args.quick, args.latency, args.concurrency))
+    payload = asyncio.run(run(args))
     payload["wall_s"] = time.perf_counter() - t0
     path = write_result("serve", payload)
-    for k in ("p50_added_ms", "p99_added_ms", "errors", "peak_rss_mb", "rss_growth_mb", "wall_s"):
-        print(f"{k}: {payload[k]}")
+    keys = ("p99_added_ms", "floor_p99_added_ms", "p99_added_vs_floor", "ttft_added_p50_ms",
+            "errors", "soak_requests", "soak_rss_growth_mb", "wall_s")  # fmt: skip
+    for k in keys:
+        print(f"{k}: {payload.get(k)}")
     print(f"wrote {path}")
 
 

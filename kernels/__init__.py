@@ -23,8 +23,14 @@ __all__ = [
 ]
 
 
+_WARMED: set[int] = set()
+
+
 def warmup(dim: int = 384) -> None:
-    """Compile (or load from the on-disk cache) every kernel specialisation used at run time."""
+    """Compile (or load from the on-disk cache) every kernel specialisation used at run time.
+    Idempotent: later calls (any dim; the specialisations do not depend on it) return at once."""
+    if _WARMED:
+        return
     rng = np.random.default_rng(0)
     rows = rng.standard_normal((8, dim)).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
@@ -39,3 +45,4 @@ def warmup(dim: int = 384) -> None:
     sim = float(rows[0] @ rows[5])
     none = np.full(2, -1, np.int64)
     greedy_insert(rows[5:6].copy(), 1, v, sim, none, none)
+    _WARMED.add(dim)

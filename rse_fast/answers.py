@@ -6,6 +6,7 @@ own timeouts use signals (main thread only), so they are disabled and we time it
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_LINE = re.compile(
@@ -20,6 +22,15 @@ _ANSWER_LINE = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _MV_POOL = ThreadPoolExecutor(2, thread_name_prefix="math-verify")
+#: Where async code runs equivalence checks and votes: bounded, and off the event loop (a
+#: math-verify check can take up to its timeout).
+_ANSWER_POOL = ThreadPoolExecutor(2, thread_name_prefix="answers")
+T = TypeVar("T")
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(*args)`` (an equivalence check, a vote) on the answers pool."""
+    return await asyncio.get_running_loop().run_in_executor(_ANSWER_POOL, fn, *args)
 
 
 def extract_boxed(text: str) -> str | None:

@@ -369,10 +369,27 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
     p.add_argument("--per-key-concurrency", type=int, default=16)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving the port (SO_REUSEPORT; needs a fixed --port)",
+    )
+    caps = p.add_argument_group("caps on every method request")
+    caps.add_argument("--max-rounds", type=int, default=16)
+    caps.add_argument("--max-k", type=int, default=64)
+    caps.add_argument("--max-tokens", type=int, default=32_768, help="per generation call")
+    caps.add_argument(
+        "--max-budget-tokens",
+        type=int,
+        default=1_000_000,
+        help="per request; also the budget of requests that name none",
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rse_fast.serve.app import ServeConfig, serve
+    from rse_fast.serve.app import ServeConfig, serve_workers
+    from rse_fast.serve.requests import Caps
 
     config = ServeConfig(
         upstreams=args.upstream,
@@ -381,9 +398,9 @@ def _serve(args: argparse.Namespace) -> int:
         per_key_concurrency=args.per_key_concurrency,
         request_timeout_s=args.timeout,
         upstream_api_key=args.upstream_api_key,
+        caps=Caps(args.max_rounds, args.max_k, args.max_tokens, args.max_budget_tokens),
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, args.host, args.port))
+    serve_workers(config, args.host, args.port, args.workers)
     return 0
 
 

@@ -50,6 +50,7 @@ class LLMError(RSEFastError):
     ) -> None:
         self.endpoint = endpoint
         self.retry_after = retry_after
+        self.response_body: str | None = None  # an error response's whole body, when any
         self.status = status
         self.body = body[:500] if body else body
         self.attempts = attempts

@@ -232,3 +232,48 @@ def test_malformed_requests_get_4xx_json_never_500(threaded_service, body):
         status, payload = err.code, err.read()
     assert 400 <= status < 500, (status, payload[:200])
     assert "error" in json.loads(payload)
+
+
+async def test_workers_share_one_port_and_stop_with_the_service():
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from rse_fast.local.server import free_port
+
+    async with ScriptedServer(default_reply=reply) as up:
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rse_fast.cli", "serve", "--upstream", up.base_url,
+             "--port", str(port), "--workers", "2"],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            line = await asyncio.to_thread(proc.stdout.readline)
+            assert "2 workers" in line
+            children = [
+                int(p)
+                for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            ]
+            workers = [
+                c for c in children if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()
+            ]
+            assert len(workers) == 2
+            async with aiohttp.ClientSession() as s:
+                for _ in range(4):
+                    body = {"model": "scripted", "messages": MSG}
+                    async with s.post(
+                        f"http://127.0.0.1:{port}/v1/chat/completions", json=body
+                    ) as r:
+                        assert r.status == 200
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 20)
+        await asyncio.sleep(0.5)
+        for pid in workers:
+            assert (
+                not os.path.exists(f"/proc/{pid}")
+                or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+            )

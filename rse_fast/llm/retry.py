@@ -56,4 +56,6 @@ def http_error(status: int, body: str, endpoint: str, retry_after: float | None)
         cls, message = LLMRateLimitError, "rate limited"
     elif is_retryable_status(status):
         cls, message = LLMServerError, "server error"
-    return cls(message, endpoint=endpoint, status=status, body=body, retry_after=retry_after)
+    error = cls(message, endpoint=endpoint, status=status, body=body, retry_after=retry_after)
+    error.response_body = body
+    return error

@@ -126,22 +126,33 @@ class Transport:
         keep: contextlib.AsyncExitStack | None = None,
     ) -> T:
         """POST ``body`` (JSON-encoded once) to ``path`` and return ``read``'s result."""
-        return await self._send("POST", path, body, read, state, keep)
+        return await self._send("POST", path, json.dumps(body).encode(), body, read, state, keep)
+
+    async def post_bytes(
+        self,
+        path: str,
+        data: bytes,
+        read: Reader[T],
+        *,
+        keep: contextlib.AsyncExitStack | None = None,
+    ) -> T:
+        """POST a body that is already encoded (a proxy forwarding its caller's bytes)."""
+        return await self._send("POST", path, data, None, read, None, keep)
 
     async def get(self, path: str, read: Reader[T]) -> T:
         """GET ``path`` with the same routing, auth and retries."""
-        return await self._send("GET", path, None, read, None, None)
+        return await self._send("GET", path, None, None, read, None, None)
 
     async def _send(
         self,
         verb: str,
         path: str,
+        data: bytes | None,
         body: dict[str, Any] | None,
         read: Reader[T],
         state: EndpointState | None,
         keep: contextlib.AsyncExitStack | None,
     ) -> T:
-        data = json.dumps(body).encode() if body is not None else None
         timeout = self._stream_timeout if keep is not None else self._call_timeout
         attempt = 0
         while True:

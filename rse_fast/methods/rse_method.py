@@ -7,9 +7,11 @@ Variants for ablations are named ``rse:<variant>`` (see :data:`VARIANTS`): each 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
@@ -18,6 +20,7 @@ from rse_fast.methods.sampling import vote_final
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
+from rse_fast.rse.results import Progress
 
 #: Ablation variants: name → RSEConfig fields it sets.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -39,6 +42,7 @@ class RSEMethod(Method):
         max_rounds: rounds at most; at least two are planned when the budget allows.
         config: further RSEConfig fields (e.g. ``{"tau_negative": 0.8}``).
         variant: a name from :data:`VARIANTS`, applied on top of ``config``.
+        progress: called with the engine's progress after every rollout and distillation.
     """
 
     name = "rse"
@@ -51,10 +55,11 @@ class RSEMethod(Method):
         max_rounds: int = 8,
         config: dict[str, Any] | None = None,
         variant: str | None = None,
+        progress: Callable[[Progress], None] | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
-        self.encoder, self.k, self.max_rounds = encoder, k, max_rounds
+        self.encoder, self.k, self.max_rounds, self.progress = encoder, k, max_rounds, progress
         if variant is not None and variant not in VARIANTS:
             raise ValueError(f"unknown RSE variant {variant!r}; choose from {', '.join(VARIANTS)}")
         self.overrides = {**(config or {}), **(VARIANTS[variant] if variant else {})}
@@ -76,7 +81,7 @@ class RSEMethod(Method):
             }
         )
         self.encoder = self.encoder or Encoder()
-        engine = RSE(c, self.encoder, cfg)
+        engine = RSE(c, self.encoder, cfg, progress=self.progress)
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         # Cost of one rollout + its distillation: guessed (prompts + a full-length attempt read
         # twice), then measured. Aim for at least two rounds so the bank gets used.
@@ -105,12 +110,23 @@ class RSEMethod(Method):
             for x in rr.rollouts
             if x.error is None
         ]
-        final, votes = vote_final(pool)
+        final, votes = await off_loop(vote_final, pool)
         meta = {
             **votes,
             "rounds": len(rounds),
             "accuracy_per_round": [x.accuracy for x in rounds],
             "answer_per_round": [x.answer for x in rounds],
             "bank_sizes": bank.sizes(),
+            "rounds_detail": [
+                {
+                    "round": x.round,
+                    "k": x.k,
+                    "answer": x.answer,
+                    "answers": x.answers,
+                    "bank_sizes": x.bank_sizes,
+                    "accepted": [d.text for d in x.decisions if d.accepted],
+                }
+                for x in rounds
+            ],
         }
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)

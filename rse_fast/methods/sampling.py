@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rse_fast.answers import answers_equivalent, majority_vote
+from rse_fast.answers import answers_equivalent, majority_vote, off_loop
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import (
@@ -90,7 +90,7 @@ class SelfConsistency(Method):
                 lambda i: sample(self, c, problem, i + 1), spend, first.cost, self.parallel
             ),
         ]
-        final, meta = vote_final(pool)
+        final, meta = await off_loop(vote_final, pool)
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)
 
     def subsample(self, full: MethodResult, budget: int) -> MethodResult:

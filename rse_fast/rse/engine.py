@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rse_fast import kernels
-from rse_fast.answers import answers_equivalent, extract_answer, majority_vote
+from rse_fast.answers import answers_equivalent, extract_answer, majority_vote, off_loop
 from rse_fast.encoder import Encoder
 from rse_fast.errors import LLMError, RoundFailedError
 from rse_fast.llm.client import LLMClient
@@ -150,15 +150,18 @@ class RSE:
                 c0 = time.perf_counter()
                 self.checkpoint.save(problem, cfg.to_dict(), rounds, bank, self.client.ledger)
                 rounds[-1].checkpoint_ms = (time.perf_counter() - c0) * 1e3
-        vote = majority_vote(
-            [a for rr in select_rounds(rounds, cfg.select_from) for a in rr.answers]
+        vote = await off_loop(
+            majority_vote, [a for rr in select_rounds(rounds, cfg.select_from) for a in rr.answers]
+        )
+        correct = (
+            await off_loop(answers_equivalent, vote.answer, gold) if gold is not None else None
         )
         return RSEResult(
             problem=problem,
             answer=vote.answer,
             votes=vote.count,
             total_votes=vote.total,
-            correct=answers_equivalent(vote.answer, gold) if gold is not None else None,
+            correct=correct,
             rounds=rounds,
             bank_sizes=bank.sizes(),
             ledger=self.client.ledger.summary(),
@@ -223,7 +226,7 @@ class RSE:
         next_block = self._render(bank, problem)
         t_end = time.perf_counter()
         records = [o.record for o in outcomes]
-        vote = majority_vote([x.answer for x in records])
+        vote = await off_loop(majority_vote, [x.answer for x in records])
         graded = [x.correct for x in records if x.error is None]
         result = RoundResult(
             round=r,
@@ -305,7 +308,7 @@ class RSE:
         rec.truncated = choice.finish_reason == "length"
         rec.answer = extract_answer(res.text)
         if gold is not None:
-            rec.correct = answers_equivalent(rec.answer, gold)
+            rec.correct = await off_loop(answers_equivalent, rec.answer, gold)
         counters["rollouts"] += 1
         report()
         parsed = await self._distill(problem, rec, r, seed)

@@ -1,20 +1,42 @@
 """OpenAI-compatible RSE service (aiohttp.web): any OpenAI client uses RSE or another TTS method
 by changing only its base URL. The model name picks the method (``rse:<model>``, ``sc:…``,
 ``bon:…``, ``beam:…``, ``particle:…``, ``refine:…``, ``fusion:…``); a plain name passes
-straight through to the upstream servers."""
+straight through to the upstream servers.
+
+**Pass-through forwards bytes.** The caller's body goes upstream as it came, and the upstream's
+reply comes back as it was sent: the whole body, or each server-sent event as it arrives. No
+field is dropped and no JSON is re-encoded on the hot path; token accounting keeps counters
+only (memory stays flat however many requests pass).
+
+**Errors are OpenAI-shaped.** Every failure is ``{"error": {"message", "type", "param",
+"code"}}`` JSON with a fitting status, never text/plain, and never names an upstream URL or key.
+A streamed request holds its headers until the upstream's first event, so an upstream that
+fails early gives a proper HTTP error; after the headers, a failure is sent as one SSE error
+event and the stream ends at once. An upstream 401/403 is a 502 (the caller is not at fault).
+
+**Auth and limits.** Only ``Authorization: Bearer <key>`` (scheme case-insensitive); each key,
+or without keys each client address, has its own concurrency bucket. Method requests are
+bounded by the server's caps (``--max-rounds``, ``--max-k``, ``--max-tokens``,
+``--max-budget-tokens``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
+import logging
 import os
+import signal
+import socket
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from rse_fast.errors import (
@@ -22,16 +44,22 @@ from rse_fast.errors import (
     LLMConnectionError,
     LLMError,
     LLMRateLimitError,
+    LLMResponseError,
     LLMTimeoutError,
     RoundFailedError,
     ServiceError,
 )
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.routing import EndpointState
+from rse_fast.llm.transport import stream_lines
 from rse_fast.serve.metrics import Metrics
-from rse_fast.serve.requests import MethodRequest, parse_method_request, run_method
+from rse_fast.serve.requests import Caps, MethodRequest, parse_method_request, run_method
 
+log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 API_KEY: Any = web.RequestKey("api_key", str) if hasattr(web, "RequestKey") else "api_key"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+METHOD_NAMES = ("rse", "sc", "bon", "beam", "particle", "refine", "fusion")
 
 
 @dataclass
@@ -43,6 +71,7 @@ class ServeConfig:
     request_timeout_s: float = 600.0
     upstream_api_key: str | None = None
     upstream_concurrency: int = 256
+    caps: Caps = field(default_factory=Caps)
 
     @classmethod
     def keys_from(cls, env_var: str = "RSE_FAST_API_KEYS", path: str | None = None) -> list[str]:
@@ -54,31 +83,79 @@ class ServeConfig:
         return keys
 
 
-def error_response(
-    status: int, message: str, kind: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "code": status}}
-    return web.json_response(body, status=status, headers=headers)
+def error_body(
+    message: str, kind: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_response(exc: ServiceError) -> web.Response:
+    body = error_body(exc.message, exc.kind, exc.code or str(exc.status), exc.param)
+    return web.json_response(body, status=exc.status, headers=exc.headers)
 
 
 def upstream_error(exc: LLMError) -> ServiceError:
-    """Upstream faults as typed OpenAI-style errors."""
+    """An upstream failure as the service answers it: status, type and a message that names
+    what went wrong but no upstream URL or key."""
     if isinstance(exc, LLMRateLimitError):
-        return ServiceError(
-            429,
-            f"upstream rate limited: {exc}",
-            "rate_limit_error",
-            {"Retry-After": str(int(exc.retry_after or 1))},
-        )
+        headers = {"Retry-After": str(max(1, int(exc.retry_after or 1)))}
+        return ServiceError(429, "upstream rate limited", "rate_limit_error", headers)
     if isinstance(exc, LLMTimeoutError):
-        return ServiceError(504, f"upstream timed out: {exc}", "upstream_timeout")
-    if isinstance(exc, LLMBadRequestError) and exc.status is not None:
+        return ServiceError(504, "upstream timed out", "upstream_timeout", code="upstream_timeout")
+    if isinstance(exc, LLMBadRequestError) and exc.status in (401, 403):
         return ServiceError(
-            exc.status, f"upstream rejected the request: {exc.body or exc}", "invalid_request_error"
-        )
+            502, "the upstream refused the service's credentials", "upstream_error",
+            code="upstream_auth",
+        )  # fmt: skip
+    if isinstance(exc, LLMBadRequestError) and exc.status is not None:
+        detail = _upstream_message(exc.response_body)
+        return ServiceError(
+            exc.status, f"upstream rejected the request: {detail}", "invalid_request_error",
+            code=str(exc.status), param=_upstream_param(exc.response_body),
+        )  # fmt: skip
     if isinstance(exc, LLMConnectionError):
-        return ServiceError(502, f"upstream unreachable: {exc}", "upstream_error")
-    return ServiceError(502, f"upstream error: {exc}", "upstream_error")
+        return ServiceError(
+            502, "upstream unreachable", "upstream_error", code="upstream_unreachable"
+        )
+    if isinstance(exc, LLMResponseError):
+        return ServiceError(
+            502, "upstream sent a malformed reply", "upstream_error", code="bad_upstream_reply"
+        )
+    status = f" (status {exc.status})" if exc.status else ""
+    return ServiceError(502, f"upstream error{status}", "upstream_error", code="upstream_error")
+
+
+def _upstream_error_object(body: str | None) -> dict[str, Any]:
+    try:
+        err = json.loads(body or "").get("error")
+    except (ValueError, AttributeError):
+        return {}
+    return err if isinstance(err, dict) else {}
+
+
+def _upstream_message(body: str | None) -> str:
+    message = _upstream_error_object(body).get("message")
+    return str(message) if message else (body or "").strip()[:300] or "no detail"
+
+
+def _upstream_param(body: str | None) -> str | None:
+    param = _upstream_error_object(body).get("param")
+    return param if isinstance(param, str) else None
+
+
+def sse_event(data: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+def _usage_tokens(data: bytes) -> int | None:
+    """Total tokens of a completion or usage chunk (bytes), None when it carries no usage."""
+    if b'"usage"' not in data:
+        return None
+    try:
+        usage = json.loads(data.removeprefix(b"data:")).get("usage") or {}
+        return int(usage.get("total_tokens") or 0) or None
+    except (ValueError, AttributeError, TypeError):
+        return None
 
 
 class Service:
@@ -95,6 +172,7 @@ class Service:
         )
         self._per_key: dict[str, int] = defaultdict(int)
         self._encoder: Any = None
+        self._encoder_lock = asyncio.Lock()
 
     # -- app -------------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -105,8 +183,15 @@ class Service:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.prometheus)
+        app.on_startup.append(self._warm)
         app.on_cleanup.append(self._close)
         return app
+
+    async def _warm(self, app: web.Application) -> None:
+        """Compile (or load) the dedup kernels once, off the event loop, before serving."""
+        from rse_fast import kernels
+
+        await asyncio.to_thread(kernels.warmup)
 
     async def _close(self, app: web.Application) -> None:
         await self.client.close()
@@ -117,30 +202,41 @@ class Service:
             return await handler(request)
         except ServiceError as exc:
             self.metrics.error(exc.kind)
-            return error_response(exc.status, exc.message, exc.kind, exc.headers)
+            return error_response(exc)
         except web.HTTPRequestEntityTooLarge:
             self.metrics.error("request_too_large")
-            return error_response(
-                413,
-                f"request body over {self.config.max_body_bytes} bytes",
-                "invalid_request_error",
-            )
+            limit = self.config.max_body_bytes
+            return error_response(ServiceError(413, f"request body over {limit} bytes"))
         except web.HTTPException as exc:
             if exc.status >= 400:
-                return error_response(exc.status, exc.reason, "invalid_request_error")
+                kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+                return error_response(ServiceError(exc.status, exc.reason, kind))
             raise
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("unexpected error serving %s", request.path)
+            self.metrics.error("internal_error")
+            return error_response(ServiceError(500, "internal error", "server_error"))
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not self.config.api_keys or request.path == "/health":
+        if request.path == "/health":
             return await handler(request)
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not self.config.api_keys:
+            request[API_KEY] = f"addr:{request.remote}"  # one bucket per client address
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        given = token.strip().encode("utf-8", "surrogateescape")
         ok = False
         for key in self.config.api_keys:  # constant time per key, no early exit
-            ok |= hmac.compare_digest(given.encode(), key.encode())
-        if not ok:
-            raise ServiceError(401, "invalid or missing API key", "authentication_error")
-        request[API_KEY] = given
+            ok |= hmac.compare_digest(given, key.encode("utf-8", "surrogateescape"))
+        if scheme.lower() != "bearer" or not given or not ok:
+            raise ServiceError(
+                401, "invalid or missing API key (send Authorization: Bearer <key>)",
+                "authentication_error", code="invalid_api_key",
+            )  # fmt: skip
+        request[API_KEY] = f"key:{hmac.new(b'rse', given, 'sha256').hexdigest()[:16]}"
         return await handler(request)
 
     async def health(self, request: web.Request) -> web.Response:
@@ -152,10 +248,9 @@ class Service:
     async def models(self, request: web.Request) -> web.Response:
         try:
             names = await self.client.models()
-        except LLMError:
-            names = []
-        prefixes = ["rse", "sc", "bon", "beam", "particle", "refine", "fusion"]
-        ids = names + [f"{p}:{n}" for n in names for p in prefixes]
+        except LLMError as exc:
+            raise upstream_error(exc) from None
+        ids = names + [f"{p}:{n}" for n in names for p in METHOD_NAMES]
         return web.json_response(
             {
                 "object": "list",
@@ -166,23 +261,22 @@ class Service:
     # -- chat ------------------------------------------------------------------------------
     async def chat(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
-        body = await self._body(request)
+        raw = await request.read()
+        body = self._parse(raw)
         key = request.get(API_KEY, "")
         if self._per_key[key] >= self.config.per_key_concurrency:
             raise ServiceError(
-                429,
-                "too many concurrent requests for this API key",
-                "rate_limit_error",
-                {"Retry-After": "1"},
-            )
+                429, "too many concurrent requests for this API key", "rate_limit_error",
+                {"Retry-After": "1"}, code="concurrency_limit",
+            )  # fmt: skip
         self._per_key[key] += 1
         self.metrics.in_flight += 1
         label, status = "passthrough", 500
         try:
-            spec = parse_method_request(body)
+            spec = parse_method_request(body, self.config.caps)
             label = spec.method if spec else "passthrough"
             work = (
-                self._passthrough(request, body)
+                self._passthrough(request, raw, bool(body.get("stream")))
                 if spec is None
                 else self._method(request, body, spec)
             )
@@ -191,13 +285,13 @@ class Service:
             return resp
         except asyncio.TimeoutError:
             status = 504
-            raise ServiceError(504, "request timed out", "timeout") from None
+            raise ServiceError(504, "request timed out", "timeout", code="timeout") from None
         except (LLMError, RoundFailedError) as exc:
             cause = exc.cause if isinstance(exc, RoundFailedError) else exc
             err = (
                 upstream_error(cause)
                 if isinstance(cause, LLMError)
-                else ServiceError(502, str(exc), "upstream_error")
+                else ServiceError(502, "every call of a round failed", "upstream_error")
             )
             status = err.status
             raise err from None
@@ -206,11 +300,13 @@ class Service:
             raise
         finally:
             self._per_key[key] -= 1
+            if self._per_key[key] <= 0:
+                del self._per_key[key]
             self.metrics.in_flight -= 1
             self.metrics.observe(label, status, time.perf_counter() - t0)
 
-    async def _body(self, request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any]:
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
@@ -224,98 +320,134 @@ class Service:
             or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
         ):
             raise ServiceError(
-                400, "'messages' must be a non-empty list of {role, content} objects"
-            )
+                400, "'messages' must be a non-empty list of {role, content} objects",
+                param="messages",
+            )  # fmt: skip
         if not isinstance(body.get("model"), str) or not body["model"]:
-            raise ServiceError(400, "'model' must be a non-empty string")
+            raise ServiceError(400, "'model' must be a non-empty string", param="model")
         return body
 
-    async def _passthrough(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        if body.get("stream"):
-            return await self._stream_passthrough(request, body)
-        fields = {k: v for k, v in body.items() if k not in ("messages", "model", "n")}
-        result = await self.client.chat(
-            body["messages"],
-            model=body["model"],
-            n=_int(body, "n", 1, 1, 128),
-            role="passthrough",
-            extra=fields,
-        )
-        self.metrics.add_tokens({"passthrough": result.usage.total_tokens})
-        return web.json_response(
-            result.raw
-            if result.requests == 1
-            else _completion(
-                body["model"],
-                result.texts,
-                result.usage.prompt_tokens,
-                result.usage.completion_tokens,
-            )
-        )
-
-    async def _stream_passthrough(
-        self, request: web.Request, body: dict[str, Any]
+    # -- pass-through: bytes in, bytes out -------------------------------------------------
+    async def _passthrough(
+        self, request: web.Request, raw: bytes, stream: bool
     ) -> web.StreamResponse:
-        fields = {k: v for k, v in body.items() if k not in ("messages", "model", "stream")}
-        events = self.client.stream(
-            body["messages"],
-            model=body["model"],
-            role="passthrough",
-            include_usage=False,
-            extra=fields,
-        )
-        resp = await _sse_start(request)
-        async for event in events:
-            if event.raw is not None:
-                await resp.write(f"data: {json.dumps(event.raw)}\n\n".encode())
-            elif event.done and event.usage:
-                self.metrics.add_tokens({"passthrough": event.usage.total_tokens})
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
+        if stream:
+            return await self._stream_passthrough(request, raw)
+
+        async def read(state: EndpointState, resp: aiohttp.ClientResponse) -> tuple[int, bytes]:
+            return resp.status, await resp.read()
+
+        status, data = await self.client.transport.post_bytes("/chat/completions", raw, read)
+        self.metrics.add_passthrough(_usage_tokens(data))
+        return web.Response(body=data, status=status, content_type="application/json")
+
+    async def _stream_passthrough(self, request: web.Request, raw: bytes) -> web.StreamResponse:
+        async def first_event(
+            state: EndpointState, resp: aiohttp.ClientResponse
+        ) -> tuple[aiohttp.ClientResponse, bytes, str]:
+            head = bytearray()
+            async for line in stream_lines(resp, state.url):
+                head += line
+                if line.strip():
+                    return resp, bytes(head), state.url
+            raise LLMResponseError("upstream closed the stream before its first event")
+
+        async with contextlib.AsyncExitStack() as keep:
+            upstream, head, url = await self.client.transport.post_bytes(
+                "/chat/completions", raw, first_event, keep=keep
+            )
+            resp = web.StreamResponse(headers=SSE_HEADERS)
+            await resp.prepare(request)
+            await resp.write(head)
+            tokens = None
+            try:
+                async for line in stream_lines(upstream, url):
+                    await resp.write(line)
+                    tokens = _usage_tokens(line) or tokens
+            except LLMError as exc:
+                err = upstream_error(exc)
+                self.metrics.error("upstream_stream_broken")
+                await resp.write(
+                    sse_event(error_body(err.message, err.kind, "upstream_stream_broken"))
+                )
+            self.metrics.add_passthrough(tokens)
+            await resp.write_eof()
+            return resp
+
+    # -- methods ---------------------------------------------------------------------------
+    async def _encoder_for(self, spec: MethodRequest) -> Any:
+        if spec.method != "rse":
+            return None
+        async with self._encoder_lock:
+            if self._encoder is None:
+                from rse_fast.encoder import Encoder
+
+                self._encoder = await asyncio.to_thread(Encoder)
+        return self._encoder
 
     async def _method(
         self, request: web.Request, body: dict[str, Any], spec: MethodRequest
     ) -> web.StreamResponse:
-        if spec.method == "rse" and self._encoder is None:
-            from rse_fast.encoder import Encoder
-
-            self._encoder = await asyncio.to_thread(Encoder)
+        encoder = await self._encoder_for(spec)
         if not body.get("stream"):
-            outcome = await run_method(self.client, spec, self._encoder, progress=None)
+            outcome = await run_method(self.client, spec, encoder, progress=None)
             self.metrics.add_tokens(outcome.tokens_by_role)
             return web.json_response(outcome.completion)
-        return await self._stream_method(request, spec)
+        return await self._stream_method(request, spec, encoder)
 
-    async def _stream_method(self, request: web.Request, spec: MethodRequest) -> web.StreamResponse:
-        """Progress events, then the answer, as OpenAI chunks; a client that disconnects
-        cancels the work behind it."""
-        resp = await _sse_start(request)
+    async def _stream_method(
+        self, request: web.Request, spec: MethodRequest, encoder: Any
+    ) -> web.StreamResponse:
+        """Progress events, then the answer, as OpenAI chunks. Headers wait for the first
+        progress event (an early upstream failure is a plain HTTP error); a client that
+        disconnects cancels the work behind it."""
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         work = asyncio.ensure_future(
-            run_method(self.client, spec, self._encoder, progress=queue.put_nowait)
+            run_method(self.client, spec, encoder, progress=queue.put_nowait)
         )
+        created = int(time.time())
+        resp: web.StreamResponse | None = None
         try:
-            async for chunk in _drain(queue, work):
-                await resp.write(
-                    f"data: {json.dumps(_chunk(spec.model, progress=chunk))}\n\n".encode()
-                )
+            async for item in _drain(queue, work):
+                if resp is None:
+                    resp = web.StreamResponse(headers=SSE_HEADERS)
+                    await resp.prepare(request)
+                await resp.write(sse_event(_chunk(spec.model, created, progress=item)))
             outcome = work.result()
-            self.metrics.add_tokens(outcome.tokens_by_role)
-            text = outcome.completion["choices"][0]["message"]["content"]
-            for data in (
-                _chunk(spec.model, delta={"role": "assistant", "content": text}),
-                _chunk(spec.model, finish="stop", usage=outcome.completion["usage"]),
-            ):
-                await resp.write(f"data: {json.dumps(data)}\n\n".encode())
-            await resp.write(b"data: [DONE]\n\n")
+        except (LLMError, RoundFailedError) as exc:
+            if resp is None:
+                raise
+            cause = exc.cause if isinstance(exc, RoundFailedError) else exc
+            err = (
+                upstream_error(cause)
+                if isinstance(cause, LLMError)
+                else ServiceError(502, str(exc))
+            )
+            await resp.write(sse_event(error_body(err.message, err.kind, err.code)))
             await resp.write_eof()
+            return resp
         except (ConnectionResetError, asyncio.CancelledError):
             work.cancel()
             raise
         finally:
             if not work.done():
                 work.cancel()
+        if resp is None:
+            resp = web.StreamResponse(headers=SSE_HEADERS)
+            await resp.prepare(request)
+        self.metrics.add_tokens(outcome.tokens_by_role)
+        text = outcome.completion["choices"][0]["message"]["content"]
+        chunks = [
+            _chunk(spec.model, created, delta={"role": "assistant", "content": ""}),
+            _chunk(spec.model, created, delta={"content": text}),
+            _chunk(spec.model, created, finish="stop"),
+        ]
+        if spec.include_usage:
+            chunks.append(_chunk(spec.model, created, usage=outcome.completion["usage"]))
+        for data in chunks:
+            await resp.write(sse_event(data))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
         return resp
 
 
@@ -329,32 +461,28 @@ async def _drain(
             yield getter.result()
         else:
             getter.cancel()
-    if work.exception() is not None:
-        raise work.exception()  # type: ignore[misc]
-
-
-async def _sse_start(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    )
-    await resp.prepare(request)
-    return resp
+    exc = work.exception()
+    if exc is not None:
+        raise exc
 
 
 def _chunk(
     model: str,
+    created: int,
     delta: dict[str, Any] | None = None,
     finish: str | None = None,
     progress: dict[str, Any] | None = None,
     usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "id": "chatcmpl-rse",
+        "id": f"chatcmpl-rse-{created}",
         "object": "chat.completion.chunk",
-        "created": int(time.time()),
+        "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}],
-    }
+        "choices": [] if usage is not None else [
+            {"index": 0, "delta": delta or {}, "finish_reason": finish}
+        ],
+    }  # fmt: skip
     if progress is not None:
         data["rse_fast_progress"] = progress
     if usage is not None:
@@ -362,35 +490,29 @@ def _chunk(
     return data
 
 
-def _completion(model: str, texts: list[str], prompt: int, completion: int) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-rse",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-            for i, t in enumerate(texts)
-        ],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
-    }
-
-
-def _int(body: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    value = body.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ServiceError(400, f"'{name}' must be an integer in [{lo}, {hi}]")
-    return value
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A listening socket with SO_REUSEPORT, so several worker processes share one port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
 
 
 async def serve(
-    config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, shutdown_timeout_s: float = 30.0
+    config: ServeConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    shutdown_timeout_s: float = 30.0,
+    *,
+    announce: bool = True,
 ) -> None:
-    """Run until cancelled (Ctrl-C); in-flight requests get ``shutdown_timeout_s`` to drain."""
+    """Run until cancelled (Ctrl-C); in-flight requests get ``shutdown_timeout_s`` to drain.
+    The socket has SO_REUSEPORT, so ``rse-fast serve --workers N`` runs N of these on one
+    port and the kernel spreads connections across them."""
     runner = web.AppRunner(
         Service(config).app(),
         handler_cancellation=True,
@@ -398,12 +520,63 @@ async def serve(
         shutdown_timeout=shutdown_timeout_s,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.SockSite(runner, reuse_port_socket(host, port))
     await site.start()
-    print(
-        f"rse-fast service on http://{host}:{port}/v1 -> {', '.join(config.upstreams)}", flush=True
-    )
+    if announce:
+        upstreams = ", ".join(config.upstreams)
+        print(f"rse-fast service on http://{host}:{port}/v1 -> {upstreams}", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this process when its parent dies, so no worker outlives the service."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _worker_main(config: ServeConfig, host: str, port: int) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: shut down cleanly
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config, host, port, announce=False))
+
+
+def serve_workers(config: ServeConfig, host: str, port: int, workers: int) -> None:
+    """``workers`` processes serving one port (SO_REUSEPORT); returns when they stop."""
+    if workers <= 1:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config, host, port))
+        return
+    import multiprocessing
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the workers too
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker_main, args=(config, host, port)) for _ in range(workers)]
+    for proc in procs:
+        proc.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+                break
+            time.sleep(0.1)
+        upstreams = ", ".join(config.upstreams)
+        print(
+            f"rse-fast service on http://{host}:{port}/v1 -> {upstreams} ({workers} workers)",
+            flush=True,
+        )
+        for proc in procs:
+            proc.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(10)

@@ -18,6 +18,7 @@ class Metrics:
         self.latency_sum = 0.0
         self.latency_count = 0
         self.in_flight = 0
+        self.passthrough_without_usage = 0
 
     def observe(self, method: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -36,6 +37,15 @@ class Metrics:
         with self._lock:
             for role, n in by_role.items():
                 self.tokens[role] += n
+
+    def add_passthrough(self, total_tokens: int | None) -> None:
+        """A pass-through reply: its tokens when it reported usage (a streamed reply reports
+        them only if its caller asked for the usage chunk), else one more uncounted reply."""
+        with self._lock:
+            if total_tokens is None:
+                self.passthrough_without_usage += 1
+            else:
+                self.tokens["passthrough"] += total_tokens
 
     def render(self) -> str:
         with self._lock:
@@ -73,6 +83,10 @@ class Metrics:
                 f'rse_fast_errors_total{{type="{k}"}} {n}' for k, n in sorted(self.errors.items())
             ]
             out += [
+                "# HELP rse_fast_passthrough_without_usage_total Pass-through replies that "
+                "reported no usage (streams whose caller did not ask for it).",
+                "# TYPE rse_fast_passthrough_without_usage_total counter",
+                f"rse_fast_passthrough_without_usage_total {self.passthrough_without_usage}",
                 "# HELP rse_fast_in_flight Requests being served.",
                 "# TYPE rse_fast_in_flight gauge",
                 f"rse_fast_in_flight {self.in_flight}",

@@ -1,7 +1,15 @@
-"""The service's TTS side: parse ``<method>:<model>`` requests and run them on the upstreams."""
+"""The service's TTS side: parse ``<method>:<model>`` requests, bound them by the server's caps,
+and run them on the upstreams.
+
+A method request honours or refuses each OpenAI field, never ignores one: a field a method
+cannot honour (``n`` > 1, ``stop``, ``response_format``, ``tools``, ``logprobs``, …) gets a 400
+naming it and the method; ``stream_options.include_usage`` is honoured (the usage chunk is sent
+only when asked). Every method, ``rse`` included, spends at most its ``budget`` of tokens.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -13,9 +21,28 @@ from rse_fast.methods import Problem, make_method
 
 METHOD_PREFIXES = ("rse", "sc", "bon", "beam", "particle", "refine", "fusion")
 Progress = Callable[[dict[str, Any]], None]
+#: Fields a method request may carry (beyond the method's own: rounds, k, tau, budget, ...).
+HONOURED = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+            "temperature", "seed", "user", "metadata"}  # fmt: skip
+METHOD_FIELDS = {"rounds", "k", "tau", "budget", "rse_details"}
+#: Fields a method cannot honour, and the value that means "not used" (then accepted).
+REFUSED_UNLESS = {"n": 1, "stop": None, "response_format": None, "tools": None, "tool_choice": None,
+                  "logprobs": False, "top_logprobs": None, "logit_bias": None,
+                  "presence_penalty": 0, "frequency_penalty": 0, "parallel_tool_calls": None,
+                  "audio": None, "modalities": None, "prediction": None}  # fmt: skip
 
 
-@dataclass
+@dataclass(frozen=True)
+class Caps:
+    """Server-side bounds on every method request (``rse-fast serve --max-...``)."""
+
+    max_rounds: int = 16
+    max_k: int = 64
+    max_tokens: int = 32_768
+    max_budget_tokens: int = 1_000_000
+
+
+@dataclass(kw_only=True)
 class MethodRequest:
     method: str
     model: str  # as the caller named it
@@ -29,6 +56,7 @@ class MethodRequest:
     temperature: float = 0.6
     seed: int = 0
     details: bool = False
+    include_usage: bool = False
 
 
 @dataclass
@@ -37,44 +65,81 @@ class Outcome:
     tokens_by_role: dict[str, int] = field(default_factory=dict)
 
 
-def _number(body: dict[str, Any], name: str, kind: type, default: Any, lo: float, hi: float) -> Any:
+def _number(
+    body: dict[str, Any], name: str, kind: type, default: Any, lo: float, hi: float, cap: str = ""
+) -> Any:
     value = body.get(name, default)
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is int:
         ok = ok and float(value).is_integer()
-    if not ok or not lo <= value <= hi:
-        raise RequestError(f"'{name}' must be a number in [{lo}, {hi}], got {value!r}")
+    if not ok or value < lo:
+        raise RequestError(f"'{name}' must be a number in [{lo}, {hi}], got {value!r}", param=name)
+    if value > hi:
+        where = f" (the server's cap {cap})" if cap else ""
+        raise RequestError(f"'{name}' is {value}, over the maximum {hi}{where}", param=name)
     return kind(value)
 
 
-def parse_method_request(body: dict[str, Any]) -> MethodRequest | None:
+def _refuse_unhonoured(body: dict[str, Any], method: str) -> None:
+    for name, neutral in REFUSED_UNLESS.items():
+        if name in body and body[name] is not None and body[name] != neutral:
+            raise RequestError(
+                f"'{name}' is not supported by method '{method}' (only by plain model names, "
+                "which pass straight through)",
+                param=name,
+            )
+    options = body.get("stream_options")
+    if options is not None and (not isinstance(options, dict) or set(options) - {"include_usage"}):
+        raise RequestError("'stream_options' may only set include_usage", param="stream_options")
+
+
+def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> MethodRequest | None:
     """None for a plain model name (pass-through); otherwise the validated method request."""
+    caps = caps or Caps()
     model = body["model"]
     prefix, sep, upstream = model.partition(":")
     if not sep or prefix not in METHOD_PREFIXES:
         return None
     if not upstream:
-        raise RequestError(f"model {model!r} names no upstream model after '{prefix}:'")
+        raise RequestError(
+            f"model {model!r} names no upstream model after '{prefix}:'", param="model"
+        )
+    _refuse_unhonoured(body, prefix)
     texts = [m.get("content") for m in body["messages"] if m.get("role") == "user"]
     if not texts or not all(isinstance(t, str) for t in texts) or not any(t.strip() for t in texts):
-        raise RequestError("method requests need user messages with non-empty text content")
+        raise RequestError(
+            "method requests need user messages with non-empty text content", param="messages"
+        )
+    default_tokens = min(1024, caps.max_tokens)  # a default never trips the cap
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_tokens))
     return MethodRequest(
         method=prefix,
         model=model,
         upstream_model=upstream,
         problem="\n\n".join(texts),
-        rounds=_number(body, "rounds", int, 3, 1, 16),
-        k=_number(body, "k", int, 4, 1, 64),
+        rounds=_number(body, "rounds", int, 3, 1, caps.max_rounds, "--max-rounds"),
+        k=_number(body, "k", int, 4, 1, caps.max_k, "--max-k"),
         tau=_number(body, "tau", float, 0.85, -0.999, 1.0),
-        budget=_number(body, "budget", int, 8000, 100, 10_000_000),
-        max_tokens=_number(body, "max_tokens", int, 1024, 1, 1_000_000),
+        budget=_number(
+            body,
+            "budget",
+            int,
+            caps.max_budget_tokens,
+            100,
+            caps.max_budget_tokens,
+            "--max-budget-tokens",
+        ),
+        max_tokens=_number(
+            {"max_tokens": max_tokens}, "max_tokens", int, 1024, 1, caps.max_tokens, "--max-tokens"
+        ),
         temperature=_number(body, "temperature", float, 0.6, 0.0, 2.0),
         seed=_number(body, "seed", int, 0, 0, 2**31 - 1),
         details=bool(body.get("rse_details", False)),
+        include_usage=bool((body.get("stream_options") or {}).get("include_usage", False)),
     )
 
 
-def _usage(ledger: Ledger) -> dict[str, int]:
+def usage_of(ledger: Ledger) -> dict[str, int]:
     prompt = sum(r.prompt_tokens for r in ledger.records)
     completion = sum(r.completion_tokens for r in ledger.records)
     return {
@@ -87,75 +152,48 @@ def _usage(ledger: Ledger) -> dict[str, int]:
 async def run_method(
     client: LLMClient, spec: MethodRequest, encoder: Any, progress: Progress | None
 ) -> Outcome:
+    """Run the method on its own ledger view of ``client`` within ``spec.budget`` tokens."""
     view = client.with_ledger(Ledger())
     view.model = spec.upstream_model
-    details: dict[str, Any] = {"method": spec.method}
+    options: dict[str, Any] = dict(
+        parallel=spec.k, max_tokens=spec.max_tokens, temperature=spec.temperature, seed=spec.seed
+    )
     if spec.method == "rse":
-        from rse_fast.rse.config import RSEConfig
-        from rse_fast.rse.engine import RSE
-
-        cfg = RSEConfig(
-            rounds=spec.rounds,
+        options.update(
+            encoder=encoder,
             k=spec.k,
-            tau_positive=spec.tau,
-            tau_negative=spec.tau,
-            max_tokens=spec.max_tokens,
-            temperature=spec.temperature,
-            seed=spec.seed,
+            max_rounds=spec.rounds,
+            config={"tau_positive": spec.tau, "tau_negative": spec.tau},
+            progress=(lambda p: progress(asdict(p))) if progress else None,
         )
-        rse = RSE(
-            view, encoder, cfg, progress=(lambda p: progress(asdict(p))) if progress else None
-        )
-        result = await rse.solve(spec.problem)
-        chosen = next(
-            (
-                x.text
-                for r in result.rounds
-                for x in r.rollouts
-                if x.answer is not None and x.answer == result.answer
-            ),
-            result.rounds[-1].rollouts[0].text,
-        )
-        details.update(
-            answer=result.answer,
-            votes=result.votes,
-            rounds=[
-                {
-                    "round": r.round,
-                    "answer": r.answer,
-                    "bank_sizes": r.bank_sizes,
-                    "accepted": [d.text for d in r.decisions if d.accepted],
-                    "answers": r.answers,
-                }
-                for r in result.rounds
-            ],
-        )
-        text = chosen
-    else:
-        method = make_method(
-            spec.method,
-            parallel=spec.k,
-            max_tokens=spec.max_tokens,
-            temperature=spec.temperature,
-            seed=spec.seed,
-        )
-        if progress:
-            progress({"method": spec.method, "status": "started", "budget": spec.budget})
-        res = await method.run(Problem("request", spec.problem), spec.budget, view)
-        text = res.final.text if res.final else ""
-        details.update(
-            answer=res.final.answer if res.final else None, pool=len(res.pool), meta=res.meta
-        )
+    elif progress:
+        progress({"method": spec.method, "status": "started", "budget": spec.budget})
+    method = make_method(spec.method, **options)
+    res = await method.run(Problem("request", spec.problem), spec.budget, view)
+    text = res.final.text if res.final else ""
+    details: dict[str, Any] = {
+        "method": spec.method,
+        "answer": res.final.answer if res.final else None,
+        "budget": spec.budget,
+        "tokens": res.tokens,
+        "pool": len(res.pool),
+    }
+    details.update(
+        {k: v for k, v in res.meta.items() if k != "bank_sizes"} if spec.method != "rse" else {}
+    )
+    if spec.method == "rse":
+        details.update(votes=res.meta.get("votes"), rounds=res.meta.get("rounds_detail", []))
     completion: dict[str, Any] = {
-        "id": "chatcmpl-rse",
+        "id": f"chatcmpl-rse-{int(time.time() * 1000)}",
         "object": "chat.completion",
+        "created": int(time.time()),
         "model": spec.model,
         "choices": [
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
         ],
-        "usage": _usage(view.ledger),
+        "usage": usage_of(res.ledger),
     }
     if spec.details:
         completion["rse_fast"] = details
-    roles = {k: v.total_tokens for k, v in view.ledger.by_role().items()}
+    roles = {k: v.total_tokens for k, v in res.ledger.by_role().items()}
     return Outcome(completion, roles)

@@ -206,6 +206,23 @@ class ScriptedServer:
         out = chosen if isinstance(chosen, (str, Reply)) else chosen(body, index)
         return Reply(content=out) if isinstance(out, str) else out
 
+    @staticmethod
+    def _invalid(body: Any) -> tuple[str, str] | None:
+        """(message, param) of the first field a real server would reject, as vLLM does."""
+        if not isinstance(body, dict):
+            return "request body must be a JSON object", "body"
+        seed, n = body.get("seed"), body.get("n")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            return "seed must be an integer", "seed"
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 128):
+            return "n must be an integer between 1 and 128", "n"
+        fmt = body.get("response_format")
+        if fmt is not None and not (
+            isinstance(fmt, dict) and fmt.get("type") in ("text", "json_object", "json_schema")
+        ):
+            return "response_format must be text, json_object or json_schema", "response_format"
+        return None
+
     def _fault(self, i: int, body: dict[str, Any]) -> Fault | None:
         if callable(self.faults):
             return self.faults(i, body)
@@ -237,9 +254,9 @@ class ScriptedServer:
         ):
             return web.json_response(error_body(401, "invalid API key"), status=401)
         body = await request.json()
-        seed = body.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            return web.json_response(error_body(400, "seed must be an integer", "seed"), status=400)
+        problem = self._invalid(body)
+        if problem is not None:
+            return web.json_response(error_body(400, *problem), status=400)
         i = len(self.requests)
         self.requests.append(body)
         self.in_flight += 1
@@ -385,8 +402,8 @@ class ScriptedServer:
         return resp
 
 
-async def _serve_forever(port: int, latency: float) -> None:
-    server = ScriptedServer(latency=latency, port=port)
+async def _serve_forever(port: int, latency: float, tokens_per_s: float | None) -> None:
+    server = ScriptedServer(latency=latency, port=port, stream_tokens_per_s=tokens_per_s)
     await server.start()
     print(f"READY {server.base_url}", flush=True)
     await asyncio.Event().wait()
@@ -398,10 +415,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description="scripted OpenAI-compatible test server")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before the reply")
+    parser.add_argument("--tokens-per-s", type=float, help="streaming rate (default: at once)")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve_forever(args.port, args.latency))
+        asyncio.run(_serve_forever(args.port, args.latency, args.tokens_per_s))
 
 
 if __name__ == "__main__":
