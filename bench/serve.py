@@ -11,8 +11,8 @@ their own process. The same load (``--concurrency`` workers, a fixed number of r
 goes straight to the upstream, through our service and through the floor, then straight again
 (drift check). Added latency = percentile through a proxy − direct percentile. Streamed:
 time to the first content byte, direct vs through the service, with the upstream streaming at
-60 tokens/s after its latency. Soak: ``--soak-requests`` pass-through requests, RSS of the
-service after a warm-up and at the end.
+60 tokens/s after its latency. Soak: ``--soak-requests`` pass-through requests at the same
+concurrency; the service's RSS after a warm-up tenth and at the end.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         s_through, e6 = await load(service_url, sc, per_worker, STREAM_BODY)
         s_floor, e7 = await load(floor_url, sc, per_worker, STREAM_BODY)
         if args.soak:
-            out.update(await soak(service, upstream_url, service_url, args.soak_requests))
+            out.update(await soak(service, service_url, args.soak_requests, c))
         peak = service_rss(service)
     finally:
         for proc in (service, floor, upstream):
@@ -215,13 +215,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def soak(
-    service: subprocess.Popen[str], upstream_url: str, service_url: str, total: int
+    service: subprocess.Popen[str], service_url: str, total: int, concurrency: int
 ) -> dict[str, Any]:
-    """``total`` pass-through requests at concurrency 50 (upstream without latency): the
-    service's RSS after the first tenth (warm-up) and at the end."""
+    """``total`` pass-through requests at ``concurrency``: the service's RSS after the first
+    tenth (warm-up) and at the end."""
     from aiohttp import ClientSession, TCPConnector
 
-    concurrency, done, errors = 50, 0, 0
+    done, errors = 0, 0
     warm_rss = None
     async with ClientSession(connector=TCPConnector(limit=0)) as session:
 

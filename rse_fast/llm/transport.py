@@ -198,10 +198,14 @@ class Transport:
             await asyncio.sleep(self.retry.delay(attempt, error.retry_after))
 
 
-async def stream_lines(resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]:
-    """The lines of an open streamed response; a broken or idle stream raises a typed error."""
+async def stream_lines(
+    resp: aiohttp.ClientResponse, url: str, *, whole_chunks: bool = False
+) -> AsyncIterator[bytes]:
+    """The lines (or, with ``whole_chunks``, the network chunks as they arrive: what a proxy
+    forwards) of an open streamed response; a broken or idle stream raises a typed error."""
+    parts = resp.content.iter_any() if whole_chunks else resp.content
     try:
-        async for line in resp.content:
+        async for line in parts:
             yield line
     except (asyncio.TimeoutError, TimeoutError):
         raise LLMTimeoutError("stream went idle", endpoint=url) from None

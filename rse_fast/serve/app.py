@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -176,9 +177,7 @@ class Service:
 
     # -- app -------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=self.config.max_body_bytes, middlewares=[self._errors, self._auth]
-        )
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._guard])
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
@@ -197,8 +196,11 @@ class Service:
         await self.client.close()
 
     @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Auth, then the handler; every error it raises becomes an OpenAI-shaped JSON error
+        (one middleware: each layer costs every request a little CPU)."""
         try:
+            self._authenticate(request)
             return await handler(request)
         except ServiceError as exc:
             self.metrics.error(exc.kind)
@@ -219,13 +221,12 @@ class Service:
             self.metrics.error("internal_error")
             return error_response(ServiceError(500, "internal error", "server_error"))
 
-    @web.middleware
-    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    def _authenticate(self, request: web.Request) -> None:
         if request.path == "/health":
-            return await handler(request)
+            return
         if not self.config.api_keys:
             request[API_KEY] = f"addr:{request.remote}"  # one bucket per client address
-            return await handler(request)
+            return
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         given = token.strip().encode("utf-8", "surrogateescape")
         ok = False
@@ -237,7 +238,6 @@ class Service:
                 "authentication_error", code="invalid_api_key",
             )  # fmt: skip
         request[API_KEY] = f"key:{hmac.new(b'rse', given, 'sha256').hexdigest()[:16]}"
-        return await handler(request)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "in_flight": self.metrics.in_flight})
@@ -280,7 +280,7 @@ class Service:
                 if spec is None
                 else self._method(request, body, spec)
             )
-            resp = await asyncio.wait_for(work, self.config.request_timeout_s)
+            resp = await _within(work, self.config.request_timeout_s)
             status = resp.status
             return resp
         except asyncio.TimeoutError:
@@ -359,18 +359,19 @@ class Service:
             resp = web.StreamResponse(headers=SSE_HEADERS)
             await resp.prepare(request)
             await resp.write(head)
-            tokens = None
+            tail = b""  # the last bytes: where the usage chunk is, when the caller asked for it
             try:
-                async for line in stream_lines(upstream, url):
-                    await resp.write(line)
-                    tokens = _usage_tokens(line) or tokens
+                async for chunk in stream_lines(upstream, url, whole_chunks=True):
+                    await resp.write(chunk)
+                    tail = (tail + chunk)[-4096:]
             except LLMError as exc:
                 err = upstream_error(exc)
                 self.metrics.error("upstream_stream_broken")
                 await resp.write(
                     sse_event(error_body(err.message, err.kind, "upstream_stream_broken"))
                 )
-            self.metrics.add_passthrough(tokens)
+            usage_lines = [x for x in tail.split(b"\n") if b'"usage"' in x]
+            self.metrics.add_passthrough(_usage_tokens(usage_lines[-1]) if usage_lines else None)
             await resp.write_eof()
             return resp
 
@@ -449,6 +450,14 @@ class Service:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+async def _within(work: Awaitable[web.StreamResponse], seconds: float) -> web.StreamResponse:
+    """``await work`` with a deadline; on 3.11+ without the extra task ``wait_for`` makes."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await work
+    return await asyncio.wait_for(work, seconds)
 
 
 async def _drain(
