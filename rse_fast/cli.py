@@ -38,6 +38,45 @@ def _progress_printer(stream: Any = None) -> Callable[[Progress], None]:
     return show
 
 
+# -- argument types: a bad value is a usage error (exit 2) naming the valid range --------------
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be an integer in [{lo}, {hi}], got {text!r}")
+        return value
+
+    return parse
+
+
+def float_in(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        ok = (lo < value if open_low else lo <= value) and value <= hi
+        if not ok:
+            low = "(" if open_low else "["
+            raise argparse.ArgumentTypeError(f"must be a number in {low}{lo}, {hi}], got {text!r}")
+        return value
+
+    return parse
+
+
+def k_list(text: str) -> str:
+    """Rollouts per round: one integer >= 1, or a comma list of them."""
+    parts = text.split(",")
+    if not all(p.strip().isdigit() and 1 <= int(p) <= 4096 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"must be an integer in [1, 4096] or a comma list of them, got {text!r}"
+        )
+    return text
+
+
 def demo_problem(problem_id: str) -> dict[str, str]:
     import importlib.resources
 
@@ -187,16 +226,20 @@ def add_solve_parser(sub: Any) -> None:
     p.add_argument("--model", help="model name on the server (default $OPENAI_MODEL)")
     p.add_argument("--api-key", help="default $OPENAI_API_KEY")
     add_local_arguments(p)
-    p.add_argument("--rounds", type=int, help="default 4 (3 on the local server)")
+    p.add_argument("--rounds", type=int_in(1, 1000), help="default 4 (3 on the local server)")
     p.add_argument(
         "--k",
+        type=k_list,
         help="rollouts per round, or a comma list per round (default 8; 4 on the local server)",
     )
-    p.add_argument("--tau", type=float, default=0.85, help="dedup threshold for both types")
-    p.add_argument("--tau-positive", type=float)
-    p.add_argument("--tau-negative", type=float)
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--max-tokens", type=int, help="default 2048 (1024 on the local server)")
+    tau = float_in(-1.0, 1.0, open_low=True)
+    p.add_argument("--tau", type=tau, default=0.85, help="dedup threshold for both types")
+    p.add_argument("--tau-positive", type=tau)
+    p.add_argument("--tau-negative", type=tau)
+    p.add_argument("--temperature", type=float_in(0.0, 2.0), default=0.6)
+    p.add_argument(
+        "--max-tokens", type=int_in(1, 1_000_000), help="default 2048 (1024 on the local server)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gold", help="reference answer, to report per-round accuracy")
     p.add_argument("--trace", help="append every LLM call to this JSONL file")
@@ -405,13 +448,40 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 done, 1 a runtime failure (one or two lines on stderr saying what to do),
+    2 a usage error, 130 interrupted. ``--debug`` shows tracebacks instead."""
     parser = argparse.ArgumentParser(prog="rse-fast", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
     add_solve_parser(sub)
     add_local_parser(sub)
     add_eval_parser(sub)
     add_serve_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "solve":
+        if args.resume and not args.checkpoint:
+            parser.error("--resume needs --checkpoint DIR")
+        if args.demo:
+            demo = demo_problem(args.demo)
+            args.problem, args.gold = demo["problem"], args.gold or demo["answer"]
+        if not args.problem:
+            parser.error("give a problem, or --demo")
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        hint = "; rerun with --resume to continue" if getattr(args, "checkpoint", None) else ""
+        print(f"\ninterrupted{hint}", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        from rse_fast.cli_errors import describe
+
+        print(f"rse-fast {args.command}: {describe(exc)}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "local":
@@ -422,26 +492,12 @@ def main(argv: list[str] | None = None) -> int:
         if report["plot"]:
             print(f"plot: {report['plot']}")
         return 0
-    if args.command == "solve":
-        if args.resume and not args.checkpoint:
-            parser.error("--resume needs --checkpoint DIR")
-        if args.demo:
-            demo = demo_problem(args.demo)
-            args.problem, args.gold = demo["problem"], args.gold or demo["answer"]
-        if not args.problem:
-            parser.error("give a problem, or --demo")
-        try:
-            result = asyncio.run(_solve(args))
-        except KeyboardInterrupt:
-            print("\ninterrupted; rerun with --resume to continue", file=sys.stderr)
-            return 130
-        if not args.quiet and sys.stderr.isatty():
-            sys.stderr.write("\n")
-        print(
-            json.dumps(result.to_dict(), indent=1, default=str)
-            if args.json
-            else format_summary(result)
-        )
+    result = asyncio.run(_solve(args))
+    if not args.quiet and sys.stderr.isatty():
+        sys.stderr.write("\n")
+    print(
+        json.dumps(result.to_dict(), indent=1, default=str) if args.json else format_summary(result)
+    )
     return 0
 
 

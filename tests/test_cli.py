@@ -50,9 +50,11 @@ def test_resume_needs_a_checkpoint_dir(capsys):
     assert "--checkpoint" in capsys.readouterr().err
 
 
-def test_bad_config_is_reported(capsys):
-    with pytest.raises(ValueError, match="rounds"):
+def test_bad_config_is_a_usage_error_naming_the_range(capsys):
+    with pytest.raises(SystemExit) as info:
         cli.main(["solve", "x", "--base-url", "http://127.0.0.1:1", "--rounds", "0"])
+    assert info.value.code == 2
+    assert "--rounds: must be an integer in [1, 1000], got '0'" in capsys.readouterr().err
 
 
 def test_bank_carried_across_problems_with_bank_out_and_bank_in(capsys, tmp_path):

@@ -149,6 +149,7 @@ class ScriptedServer:
     latency: float | Callable[[random.Random], float] = 0.0
     stream_tokens_per_s: float | None = None  # None: stream as fast as possible
     api_key: str | None = None  # when set, requests need "Authorization: Bearer <key>"
+    known_models: Sequence[str] | None = None  # when set, other model names get a 404
     faults: Sequence[Fault | None] | FaultPlan = ()
     ignore_n: bool = False
     usage_first_choice_only: bool = False  # llama.cpp's quirk with n > 1
@@ -257,6 +258,9 @@ class ScriptedServer:
         problem = self._invalid(body)
         if problem is not None:
             return web.json_response(error_body(400, *problem), status=400)
+        if self.known_models is not None and body.get("model") not in self.known_models:
+            message = f"The model `{body.get('model')}` does not exist."
+            return web.json_response(error_body(404, message, "model"), status=404)
         i = len(self.requests)
         self.requests.append(body)
         self.in_flight += 1
