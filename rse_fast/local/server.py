@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -22,8 +23,11 @@ from rse_fast.local.build import build_server, server_path
 from rse_fast.local.models import fetch_model, resolve_gguf
 from rse_fast.registry import cache_dir, default_llm, llm_spec
 
+_log = logging.getLogger(__name__)
+LOG_ROTATE_BYTES = 10 * 2**20
 
-def setup(model: str | None = None, log: Callable[[str], None] = print) -> tuple[Path, Path]:
+
+def setup(model: str | None = None, log: Callable[[str], None] = _log.info) -> tuple[Path, Path]:
     """Build (or reuse) llama-server and fetch (or reuse) a catalogue model. Idempotent."""
     name = model or default_llm()
     llm_spec(name)  # unknown names fail before the long build
@@ -67,6 +71,7 @@ class LocalServer:
         host: str = "127.0.0.1",
         port: int | None = None,
         startup_timeout_s: float = 180.0,
+        keep_log: bool = False,
     ) -> None:
         self.model = model or default_llm()
         self.gguf = resolve_gguf(self.model if gguf is None else None, gguf)
@@ -81,7 +86,11 @@ class LocalServer:
         self.host, self.port = host, port
         self.startup_timeout_s = startup_timeout_s
         self.proc: asyncio.subprocess.Process | None = None
-        self.log_path = cache_dir() / "logs" / f"llama-server-{os.getpid()}.log"
+        # one log per model, rotated past LOG_ROTATE_BYTES; removed when the server stops
+        # cleanly unless ``keep_log``, kept when it failed (its errors name it)
+        self.log_path = cache_dir() / "logs" / f"llama-server-{self.gguf.stem}.log"
+        self.keep_log = keep_log
+        self._failed = False
 
     @property
     def base_url(self) -> str:
@@ -114,7 +123,12 @@ class LocalServer:
     async def start(self) -> LocalServer:
         self.port = self.port or free_port(self.host)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child process
+        with contextlib.suppress(OSError):
+            if self.log_path.stat().st_size > LOG_ROTATE_BYTES:
+                os.replace(self.log_path, self.log_path.with_name(self.log_path.name + ".1"))
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        log.write(f"=== llama-server start {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
+        log.flush()
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -130,6 +144,10 @@ class LocalServer:
             log.close()
         try:
             await self._wait_healthy()
+        except LocalServerError:
+            self._failed = True
+            await self.stop()
+            raise
         except BaseException:
             await self.stop()
             raise
@@ -143,7 +161,8 @@ class LocalServer:
                 assert self.proc is not None
                 if self.proc.returncode is not None:
                     raise LocalServerError(
-                        f"llama-server exited ({self.proc.returncode}):\n" + self.log_tail()
+                        f"llama-server exited ({self.proc.returncode}); its log is "
+                        f"{self.log_path}:\n" + self.log_tail()
                     )
                 with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                     async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
@@ -151,7 +170,8 @@ class LocalServer:
                             return
                 await asyncio.sleep(0.2)
         raise LocalServerError(
-            f"llama-server not healthy after {self.startup_timeout_s:.0f}s:\n" + self.log_tail()
+            f"llama-server not healthy after {self.startup_timeout_s:.0f}s; its log is "
+            f"{self.log_path}:\n" + self.log_tail()
         )
 
     def log_tail(self, lines: int = 20) -> str:
@@ -162,18 +182,30 @@ class LocalServer:
             return "(no log)"
 
     async def stop(self) -> None:
-        """SIGTERM the server's process group, SIGKILL after 10 s; safe to call twice."""
+        """SIGTERM the server's process group, SIGKILL after 10 s; safe to call twice. A
+        cancellation while waiting still kills the server, then propagates."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.returncode is not None:
+        if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(proc.wait()), 10)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 10)
+            except asyncio.TimeoutError:
+                self._kill(proc)
+                await proc.wait()
+            except asyncio.CancelledError:
+                self._kill(proc)
+                raise
+        if not (self.keep_log or self._failed):
+            with contextlib.suppress(OSError):
+                self.log_path.unlink()
+
+    @staticmethod
+    def _kill(proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     async def __aenter__(self) -> LocalServer:
         return await self.start()
@@ -182,12 +214,12 @@ class LocalServer:
         await self.stop()
 
 
-async def serve_forever(server: LocalServer) -> None:
+async def serve_forever(
+    server: LocalServer, on_ready: Callable[[LocalServer], None] | None = None
+) -> None:
     """``rse-fast local serve``: run until Ctrl-C, then stop the server cleanly."""
     async with server:
-        print(
-            f"llama-server ({server.model_name}) at {server.base_url}; Ctrl-C stops it",
-            file=sys.stderr,
-            flush=True,
-        )
+        _log.info("llama-server (%s) at %s", server.model_name, server.base_url)
+        if on_ready is not None:
+            on_ready(server)
         await asyncio.Event().wait()

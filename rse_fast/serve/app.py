@@ -517,7 +517,7 @@ async def serve(
     port: int = 8000,
     shutdown_timeout_s: float = 30.0,
     *,
-    announce: bool = True,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Run until cancelled (Ctrl-C); in-flight requests get ``shutdown_timeout_s`` to drain.
     The socket has SO_REUSEPORT, so ``rse-fast serve --workers N`` runs N of these on one
@@ -531,9 +531,10 @@ async def serve(
     await runner.setup()
     site = web.SockSite(runner, reuse_port_socket(host, port))
     await site.start()
-    if announce:
-        upstreams = ", ".join(config.upstreams)
-        print(f"rse-fast service on http://{host}:{port}/v1 -> {upstreams}", flush=True)
+    url = f"http://{host}:{port}/v1"
+    log.info("serving %s -> %s", url, ", ".join(config.upstreams))
+    if on_ready is not None:
+        on_ready(url)
     try:
         await asyncio.Event().wait()
     finally:
@@ -552,14 +553,22 @@ def _worker_main(config: ServeConfig, host: str, port: int) -> None:
     _die_with_parent()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: shut down cleanly
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, host, port, announce=False))
+        asyncio.run(serve(config, host, port))
 
 
-def serve_workers(config: ServeConfig, host: str, port: int, workers: int) -> None:
-    """``workers`` processes serving one port (SO_REUSEPORT); returns when they stop."""
+def serve_workers(
+    config: ServeConfig,
+    host: str,
+    port: int,
+    workers: int,
+    on_ready: Callable[[str, int], None] | None = None,
+) -> None:
+    """``workers`` processes serving one port (SO_REUSEPORT); returns when they stop.
+    ``on_ready(url, workers)`` is called once the port accepts connections."""
     if workers <= 1:
+        single = (lambda url: on_ready(url, 1)) if on_ready is not None else None
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(config, host, port))
+            asyncio.run(serve(config, host, port, on_ready=single))
         return
     import multiprocessing
 
@@ -574,11 +583,8 @@ def serve_workers(config: ServeConfig, host: str, port: int, workers: int) -> No
             with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
                 break
             time.sleep(0.1)
-        upstreams = ", ".join(config.upstreams)
-        print(
-            f"rse-fast service on http://{host}:{port}/v1 -> {upstreams} ({workers} workers)",
-            flush=True,
-        )
+        if on_ready is not None:
+            on_ready(f"http://{host}:{port}/v1", workers)
         for proc in procs:
             proc.join()
     except KeyboardInterrupt:
