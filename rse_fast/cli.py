@@ -26,9 +26,8 @@ def _progress_printer(stream: Any = None) -> Callable[[Progress], None]:
     def show(p: Progress) -> None:
         line = (
             f"round {p.round}/{p.rounds}: rollouts {p.rollouts_done}/{p.k}, "
-            f"distilled {p.distills_done}/{p.k}, failed {p.failures} | bank "
-            f"+{p.bank_sizes.get('positive', 0)} -{p.bank_sizes.get('negative', 0)} | "
-            f"{p.tokens:,} tokens"
+            f"distilled {p.distills_done}/{p.k}, failed {p.failures} | bank: "
+            f"{bank_words(p.bank_sizes)} | {p.tokens:,} tokens"
         )
         if live:
             stream.write("\r\033[K" + line)
@@ -90,17 +89,39 @@ def demo_problem(problem_id: str) -> dict[str, str]:
     raise SystemExit(f"no demo problem {problem_id!r}; choose one of {[d['id'] for d in data]}")
 
 
-def format_summary(result: RSEResult) -> str:
+def bank_words(sizes: dict[str, int]) -> str:
+    """``{"negative": 3, "positive": 1}`` → "3 pitfalls, 1 proposition"."""
+    neg, pos = sizes.get("negative", 0), sizes.get("positive", 0)
+    return f"{neg} pitfall{'' if neg == 1 else 's'}, {pos} proposition{'' if pos == 1 else 's'}"
+
+
+def top_experiences(bank: Any, per_kind: int = 3) -> dict[str, list[dict[str, Any]]]:
+    """The best-ranked experiences of each type (support, then recency) with their support."""
+    return {
+        kind: [
+            {"text": bank.texts(kind)[i], "support": bank.support(kind)[i]}
+            for i in bank.ranked(kind)[:per_kind]
+        ]
+        for kind in ("negative", "positive")
+    }
+
+
+def format_summary(result: RSEResult, bank: Any = None) -> str:
     lines = [f"answer: {result.answer}  ({result.votes}/{result.total_votes} votes)"]
     if result.correct is not None:
         lines[0] += f"  correct: {result.correct}"
     for r in result.rounds:
         acc = f", accuracy {r.accuracy:.0%}" if r.accuracy is not None else ""
         lines.append(
-            f"  round {r.round}: K={r.k}, majority {r.answer!r} ({r.votes}){acc}, bank "
-            f"+{r.bank_sizes['positive']} -{r.bank_sizes['negative']}, {r.tokens:,} tokens, "
+            f"  round {r.round}: K={r.k}, majority {r.answer!r} ({r.votes}){acc}, bank: "
+            f"{bank_words(r.bank_sizes)}, {r.tokens:,} tokens, "
             f"{r.wall_s:.1f}s, unparseable {r.unparseable}, failed {r.failed_rollouts}"
         )
+    if bank is not None and len(bank):
+        lines.append("what the bank learned (best first; support = rollouts that derived it):")
+        for kind, name in (("negative", "pitfall"), ("positive", "proposition")):
+            for item in top_experiences(bank)[kind]:
+                lines.append(f"  {name} [support {item['support']}]: {item['text']}")
     roles = ", ".join(f"{k} {v['total_tokens']:,}" for k, v in result.ledger["roles"].items())
     lines.append(f"tokens: {result.ledger['total_tokens']:,} ({roles}); time {result.wall_s:.1f}s")
     return "\n".join(lines)
@@ -165,7 +186,7 @@ async def _connect(
     return await stack.enter_async_context(LLMClient(base_url, model, api_key=api_key, trace=trace))
 
 
-async def _solve(args: argparse.Namespace) -> RSEResult:
+async def _solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
     from rse_fast.encoder import Encoder
     from rse_fast.llm.trace import JsonlTrace
     from rse_fast.rse.engine import RSE
@@ -205,7 +226,7 @@ async def _solve(args: argparse.Namespace) -> RSEResult:
         result = await rse.solve(args.problem, gold=args.gold, resume=args.resume, bank=bank)
         if args.bank_out and rse.bank is not None:
             rse.bank.save(args.bank_out)
-        return result
+        return result, rse.bank
     raise AssertionError("unreachable")
 
 
@@ -513,12 +534,15 @@ def _run(args: argparse.Namespace) -> int:
         if report["plot"]:
             print(f"plot: {report['plot']}")
         return 0
-    result = asyncio.run(_solve(args))
+    result, bank = asyncio.run(_solve(args))
     if not args.quiet and sys.stderr.isatty():
         sys.stderr.write("\n")
-    print(
-        json.dumps(result.to_dict(), indent=1, default=str) if args.json else format_summary(result)
-    )
+    if args.json:
+        data = result.to_dict()
+        data["bank_top"] = top_experiences(bank) if bank is not None else None
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        print(format_summary(result, bank))
     return 0
 
 

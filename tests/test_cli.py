@@ -42,6 +42,7 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
         )
         data = json.loads(capsys.readouterr().out)
         assert data["rounds"][0]["k"] == 2 and data["ledger"]["roles"]["distill"]["calls"] == 2
+        assert data["bank_top"]["negative"][0]["support"] == 2
 
 
 def test_resume_needs_a_checkpoint_dir(capsys):
