@@ -116,8 +116,11 @@ async def test_runner_resumes_and_reports(tmp_path):
     plan = EvalPlan(methods, [600, 1500], out)
     async with ScriptedServer(default_reply=reply) as srv:
         async with LLMClient(srv.base_url, "m") as client:
-            await run_eval(ds, plan, client)
+            lines: list[str] = []
+            await run_eval(ds, plan, client, progress=lines.append)
             first = len(srv.requests)
+            assert len(lines) == 8 and lines[0].startswith("[1/8 problem×method×budget, ETA ")
+            assert lines[-1].startswith("[8/8 problem×method×budget, ETA 0m00s]")
             await run_eval(ds, plan, client)  # everything is done: no new calls
             assert len(srv.requests) == first
     recs = load_records(plan.results_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 import pytest
 
@@ -122,3 +123,22 @@ async def test_stop_never_swallows_a_cancellation(installed):
         await stopping
     await asyncio.wait_for(proc.wait(), 15)  # killed all the same
     assert proc.returncode is not None
+
+
+def test_build_step_keeps_the_raw_log_reports_percentages_and_names_the_log(tmp_path, monkeypatch):
+    from rse_fast.errors import BuildError
+    from rse_fast.local import build
+
+    monkeypatch.setenv("RSE_FAST_CACHE", str(tmp_path))
+    script = "print('-- configuring'); print('[ 10%] a'); print('[ 10%] b'); print('[ 55%] c')"
+    heard: list[str] = []
+    build.run_build_step([sys.executable, "-c", script], heard.append)
+    assert heard == ["  build  10%", "  build  55%"]
+    failing = script + "; import sys; print('error: no compiler'); sys.exit(3)"
+    with pytest.raises(BuildError, match=r"the whole log is .*llama-build\.log") as info:
+        build.run_build_step([sys.executable, "-c", failing], heard.append)
+    assert "error: no compiler" in str(info.value)
+    raw = build.build_log_path().read_text()
+    assert "-- configuring" in raw and "error: no compiler" in raw
+    assert build.build_percent("[100%] Built target llama-server") == 100
+    assert build.build_percent("no progress here") is None

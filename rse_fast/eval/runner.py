@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +128,9 @@ async def run_eval(
     _drop_torn_tail(plan.results_path)
     done = _done(plan.results_path)
     budgets = sorted(set(plan.budgets))
+    cells = [(p.id, m.name, b) for p in ds.problems for m in plan.methods for b in budgets]
+    finished = sum(c in done for c in cells)
+    started, new = time.perf_counter(), 0
     with open(plan.results_path, "a", encoding="utf-8") as fh:
         for problem in ds.problems:
             for method in plan.methods:
@@ -139,12 +143,24 @@ async def run_eval(
                     fh.write(json.dumps(rec, default=str) + "\n")
                     fh.flush()
                     os.fsync(fh.fileno())
+                    finished, new = finished + 1, new + 1
                     if progress is not None:
+                        eta = (time.perf_counter() - started) / new * (len(cells) - finished)
                         progress(
-                            f"{problem.id} {method.name} @{res.budget}: "
+                            f"[{finished}/{len(cells)} problem×method×budget, ETA "
+                            f"{_clock(eta)}] {problem.id} {method.name} @{res.budget}: "
                             f"{rec['tokens']} tokens, final {rec['final_quality']:.2f}"
                         )
     return plan.results_path
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(0.0, seconds))
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
+    )
 
 
 async def _run_method(

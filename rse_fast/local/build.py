@@ -68,19 +68,44 @@ def check_toolchain() -> None:
         )
 
 
-def _run(cmd: list[str], log: Log, cwd: Path | None = None) -> None:
+def build_log_path() -> Path:
+    """Where the raw output of the last build is kept (errors name it)."""
+    return cache_dir() / "logs" / "llama-build.log"
+
+
+def run_build_step(cmd: list[str], log: Log, cwd: Path | None = None) -> None:
+    """Run a build step: its raw output goes to :func:`build_log_path`, and ``log`` hears
+    only the progress (percentage changes of cmake's ``[ NN%]`` lines)."""
+    path = build_log_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     )
     assert proc.stdout is not None
-    tail: deque[str] = deque(maxlen=40)
-    for line in proc.stdout:
-        line = line.rstrip()
-        tail.append(line)
-        if line.startswith("[") and "%]" in line[:8]:
-            log(line[:100])
+    tail: deque[str] = deque(maxlen=20)
+    shown = -1
+    with open(path, "a", encoding="utf-8") as raw:
+        raw.write(f"$ {' '.join(cmd)}\n")
+        for line in proc.stdout:
+            raw.write(line)
+            line = line.rstrip()
+            tail.append(line)
+            pct = build_percent(line)
+            if pct is not None and pct != shown:
+                shown = pct
+                log(f"  build {pct:3d}%")
     if proc.wait() != 0:
-        raise BuildError(f"{' '.join(cmd[:3])} ... failed:\n" + "\n".join(tail))
+        raise BuildError(
+            f"{' '.join(cmd[:3])} ... failed; the whole log is {path}. Its end:\n" + "\n".join(tail)
+        )
+
+
+def build_percent(line: str) -> int | None:
+    """The percentage of a cmake progress line (``[ 42%] Building ...``), else None."""
+    if line.startswith("[") and "%]" in line[:8]:
+        digits = line[1 : line.index("%]")].strip()
+        return int(digits) if digits.isdigit() else None
+    return None
 
 
 def fetch_source(version: str, log: Log) -> Path:
@@ -93,7 +118,7 @@ def fetch_source(version: str, log: Log) -> Path:
     sdist = src_root / f"llama_cpp_python-{version}.tar.gz"
     if not sdist.exists():
         log(f"downloading llama-cpp-python {version} source from PyPI (~77 MB)")
-        _run(
+        run_build_step(
             [
                 sys.executable,
                 "-m",
@@ -149,10 +174,10 @@ def build_server(
     build = cache_dir() / "build" / build_key(version)
     build.mkdir(parents=True, exist_ok=True)
     log(f"configuring llama.cpp ({version}) with portable flags")
-    _run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], log)
+    run_build_step(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], log)
     n = jobs or len(os.sched_getaffinity(0))
     log(f"building llama-server with {n} jobs (several minutes on 2 cores; cached afterwards)")
-    _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(n)], log)
+    run_build_step(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(n)], log)
     built = next(
         (p for p in build.rglob("llama-server") if p.is_file() and os.access(p, os.X_OK)), None
     )
