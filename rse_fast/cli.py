@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,24 +19,63 @@ if TYPE_CHECKING:
     from rse_fast.rse.results import Progress, RSEResult
 
 
-def _progress_printer(stream: Any = None) -> Callable[[Progress], None]:
-    """Live one-line progress on a terminal; one line per round otherwise."""
-    stream = stream or sys.stderr
-    live = stream.isatty()
+class ProgressDisplay:
+    """Live ``rich`` bars on a terminal (per round: rollouts and distillations done of K,
+    tokens and tokens/s, the bank's sizes by name); one plain line per round otherwise."""
 
-    def show(p: Progress) -> None:
-        line = (
-            f"round {p.round}/{p.rounds}: rollouts {p.rollouts_done}/{p.k}, "
-            f"distilled {p.distills_done}/{p.k}, failed {p.failures} | bank: "
-            f"{bank_words(p.bank_sizes)} | {p.tokens:,} tokens"
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = bool(self.stream.isatty())
+        self._bars: Any = None
+        self._round = 0
+        self._tasks: tuple[Any, Any] = (None, None)
+        self._since = (time.perf_counter(), 0)
+
+    def _rate(self, p: Progress) -> float:
+        t0, tokens0 = self._since
+        return (p.tokens - tokens0) / max(1e-6, time.perf_counter() - t0)
+
+    def __call__(self, p: Progress) -> None:
+        if p.round != self._round:
+            self._round, self._since = p.round, (time.perf_counter(), p.tokens)
+            if self.live:
+                self._new_round(p)
+        info = f"{p.tokens:,} tokens, {self._rate(p):,.0f} tok/s"
+        if not self.live:
+            if p.round_done:
+                self.stream.write(
+                    f"round {p.round}/{p.rounds}: rollouts {p.rollouts_done}/{p.k}, distilled "
+                    f"{p.distills_done}/{p.k}, failed {p.failures} | bank: "
+                    f"{bank_words(p.bank_sizes)} | {info}\n"
+                )
+            return
+        rollouts, distills = self._tasks
+        self._bars.update(rollouts, completed=p.rollouts_done + p.failures,
+                          info=f"failed {p.failures} · {info}")  # fmt: skip
+        self._bars.update(distills, completed=p.distills_done,
+                          info=f"bank: {bank_words(p.bank_sizes)}")  # fmt: skip
+
+    def _new_round(self, p: Progress) -> None:
+        if self._bars is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bars
+
+            self._bars = Bars(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                console=Console(file=self.stream),
+            )  # fmt: skip
+            self._bars.start()
+        self._tasks = (
+            self._bars.add_task(f"round {p.round}/{p.rounds} rollouts", total=p.k, info=""),
+            self._bars.add_task(f"round {p.round}/{p.rounds} distilled", total=p.k, info=""),
         )
-        if live:
-            stream.write("\r\033[K" + line)
-            stream.flush()
-        elif p.round_done:
-            stream.write(line + "\n")
 
-    return show
+    def close(self) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+            self._bars = None
 
 
 # -- argument types: a bad value is a usage error (exit 2) naming the valid range --------------
@@ -208,7 +248,9 @@ async def _solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
                     api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
                 )
             )
-        progress = None if args.quiet else _progress_printer()
+        progress = None if args.quiet else ProgressDisplay()
+        if progress is not None:
+            stack.callback(progress.close)
         encoder = Encoder()
         rse = RSE(
             client,
@@ -535,8 +577,6 @@ def _run(args: argparse.Namespace) -> int:
             print(f"plot: {report['plot']}")
         return 0
     result, bank = asyncio.run(_solve(args))
-    if not args.quiet and sys.stderr.isatty():
-        sys.stderr.write("\n")
     if args.json:
         data = result.to_dict()
         data["bank_top"] = top_experiences(bank) if bank is not None else None

@@ -77,3 +77,35 @@ def test_bank_carried_across_problems_with_bank_out_and_bank_in(capsys, tmp_path
         first_prompts = [prompt_of(b) for b in srv.requests[n_before:] if is_solve(b)]
     capsys.readouterr()
     assert first_prompts and all(ORIGIN_RELATED in p and PITFALL in p for p in first_prompts)
+
+
+def test_terminal_gets_live_progress_bars_with_rates_and_bank_names():
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    with threaded_server(default_reply=reply) as srv:
+        leader, follower = pty.openpty()
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_BASE_URL"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rse_fast.cli", "solve", PROBLEM, "--base-url", srv.base_url,
+             "--rounds", "2", "--k", "2"],
+            stdin=follower, stdout=subprocess.PIPE, stderr=follower, env={**env, "COLUMNS": "160"},
+        )  # fmt: skip
+        os.close(follower)
+        screen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            screen += chunk
+        out = proc.communicate(timeout=60)[0].decode()
+        os.close(leader)
+    text = screen.decode(errors="replace")
+    assert proc.returncode == 0 and out.startswith("answer: ")
+    for words in ("round 1/2 rollouts", "round 2/2 distilled", "tok/s", "bank: 1 pitfall"):
+        assert words in text, words
