@@ -268,6 +268,10 @@ async def _solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
         result = await rse.solve(args.problem, gold=args.gold, resume=args.resume, bank=bank)
         if args.bank_out and rse.bank is not None:
             rse.bank.save(args.bank_out)
+        if trace is not None:
+            from rse_fast.rse.report import RESULT_RECORD
+
+            trace({"kind": RESULT_RECORD, "result": result.to_dict()})
         return result, rse.bank
     raise AssertionError("unreachable")
 
@@ -306,7 +310,12 @@ def add_solve_parser(sub: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gold", help="reference answer, to report per-round accuracy")
-    p.add_argument("--trace", help="append every LLM call to this JSONL file")
+    p.add_argument("--trace", help="append every LLM call (and the result) to this JSONL file")
+    p.add_argument(
+        "--report",
+        metavar="HTML",
+        help="write a self-contained report page (default for --demo: rse-fast-demo-report.html)",
+    )
     p.add_argument("--checkpoint", help="directory for per-round checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -468,6 +477,21 @@ async def _eval(args: argparse.Namespace) -> dict[str, Any]:
     return write_report(results, out, title, noisy=ds.kind == "rubric")
 
 
+def add_report_parser(sub: Any) -> None:
+    p = sub.add_parser("report", help="write the report page of a run from its --trace file")
+    p.add_argument("trace", help="JSONL written by `rse-fast solve --trace`")
+    p.add_argument("--out", default="rse-fast-report.html", help="the HTML file to write")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from rse_fast.rse.report import result_from_trace, write_report
+
+    with open(args.trace, encoding="utf-8") as fh:
+        result = result_from_trace(fh, args.trace)
+    print(f"report page: {write_report(result, args.out)}")
+    return 0
+
+
 def add_serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible service in front of upstream servers")
     p.add_argument(
@@ -540,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     add_local_parser(sub)
     add_eval_parser(sub)
     add_serve_parser(sub)
+    add_report_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "solve":
@@ -568,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
+    if args.command == "report":
+        return _report(args)
     if args.command == "local":
         return _local(args)
     if args.command == "eval":
@@ -583,6 +610,13 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=1, default=str))
     else:
         print(format_summary(result, bank))
+    page = args.report or ("rse-fast-demo-report.html" if args.demo else None)
+    if page:
+        from rse_fast.rse.report import write_report
+
+        title = f"RSE run: {args.demo} (demo)" if args.demo else "RSE run"
+        path = write_report(result.to_dict(), page, title)
+        print(f"report page: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
