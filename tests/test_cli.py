@@ -23,8 +23,10 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
         assert code == 0
         assert "answer: 42" in out.out and "round 2: K=3" in out.out
         assert "round 1/3" in out.err  # progress, one line per round when not a terminal
-        calls = [json.loads(line) for line in trace.read_text().splitlines()]
+        records = [json.loads(line) for line in trace.read_text().splitlines()]
+        calls, last = records[:-1], records[-1]
         assert len(calls) == 18 and all("request" in c and "texts" in c for c in calls)
+        assert last["kind"] == "rse_result" and last["result"]["answer"] == "42"
 
         code = cli.main(
             [
@@ -43,6 +45,17 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
         data = json.loads(capsys.readouterr().out)
         assert data["rounds"][0]["k"] == 2 and data["ledger"]["roles"]["distill"]["calls"] == 2
         assert data["bank_top"]["negative"][0]["support"] == 2
+        # the documented, stable schema (README: "rse-fast solve --json")
+        assert set(data) == {
+            "problem", "answer", "votes", "total_votes", "correct", "accuracy_per_round",
+            "bank_sizes", "bank_top", "ledger", "wall_s", "resumed_from_round", "rounds",
+        }  # fmt: skip
+        assert {"round", "k", "experience_block", "answer", "votes", "accuracy", "tokens",
+                "bank_sizes", "rollouts", "decisions"} <= set(data["rounds"][0])  # fmt: skip
+        assert {"index", "text", "reasoning", "answer", "correct", "finish_reason", "truncated",
+                "error", "distill", "distill_tries", "echoes", "positive", "negative"} == set(
+            data["rounds"][0]["rollouts"][0]
+        )  # fmt: skip
 
 
 def test_resume_needs_a_checkpoint_dir(capsys):

