@@ -135,6 +135,8 @@ def summarise(dataset: Any, args: argparse.Namespace, probe_acc: float | None) -
         "task": TASK + f" (seed {args.seed}, reasoning-gym; counted right only at score 1.0)",
         "model": f"{MODEL} (Q4 GGUF, llama.cpp llama-server, 2 CPU cores)",
         "problems": len(common),
+        "planned_problems": args.problems,
+        "partial": len(common) < args.problems,
         "budget_tokens": args.budget,
         "k": args.k,
         "commits": json.loads((WORK / "commits.json").read_text())
@@ -191,8 +193,15 @@ def table(s: dict[str, Any]) -> str:
     def ci(c: list[float | None]) -> str:
         return "—" if c[0] is None else f"[{100 * c[0]:+.0f}, {100 * c[1]:+.0f}] pts"
 
+    partial = (
+        f"**Partial run: {s['problems']} of the {s['planned_problems']} planned problems** "
+        "(`python bench/rse_ablation.py` resumes it). With this few problems the intervals "
+        "are wide: the run cannot yet show a difference either way.\n\n"
+        if s.get("partial")
+        else ""
+    )
     lines = [
-        f"{s['problems']} problems of `{s['task']}`, {s['model']}, budget "
+        partial + f"{s['problems']} problems of `{s['task']}`, {s['model']}, budget "
         f"{s['budget_tokens']:,} tokens per problem and method, K={s['k']} per RSE round. "
         f"Single samples right: {pct(s['probe_single_sample_accuracy'])} (probe), "
         f"{pct(s['single_sample_accuracy_sc_pool'])} (every SC sample).",
