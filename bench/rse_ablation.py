@@ -218,6 +218,10 @@ def table(s: dict[str, Any]) -> str:
         )
     lines += [
         "",
+        "Mean wall time is per problem on a shared 2-core machine; one SC problem took 920 s "
+        "while other work held the CPU, so wall times are only indicative. Equal tokens: each "
+        "method ran at the same budget; its mean spend is in the table.",
+        "",
         "| paired difference | accuracy | 95% CI (bootstrap over problems) |",
         "|---|---|---|",
     ]
