@@ -121,6 +121,7 @@ class Vote:
     count: int
     total: int
     clusters: list[tuple[str, int]] = field(default_factory=list)
+    weight: float = 0.0  # summed weight of the winning cluster (its count when unweighted)
 
     @property
     def share(self) -> float:
@@ -130,13 +131,18 @@ class Vote:
 def majority_vote(
     answers: Sequence[str | None],
     equivalent: Callable[[str | None, str | None], bool] = answers_equivalent,
+    weights: Sequence[float] | None = None,
 ) -> Vote:
-    """Cluster equivalent answers; the largest cluster wins, ties go to the earliest cluster."""
+    """Cluster equivalent answers; the cluster with the most votes (or, with ``weights``, the
+    largest summed weight; NaN weighs nothing) wins, ties go to the earliest cluster."""
+    if weights is not None and len(weights) != len(answers):
+        raise ValueError(f"{len(weights)} weights for {len(answers)} answers")
     reps: list[str] = []
     counts: list[int] = []
+    mass: list[float] = []
     by_key: dict[str, int] = {}
     total = 0
-    for ans in answers:
+    for i, ans in enumerate(answers):
         key = normalize_answer(ans)
         if key is None:
             continue
@@ -148,9 +154,14 @@ def majority_vote(
                 slot = len(reps)
                 reps.append(ans)  # type: ignore[arg-type]
                 counts.append(0)
+                mass.append(0.0)
             by_key[key] = slot
         counts[slot] += 1
+        w = 1.0 if weights is None else float(weights[i])
+        mass[slot] += w if w == w else 0.0
     if not reps:
         return Vote(None, 0, total)
-    best = max(range(len(reps)), key=lambda j: (counts[j], -j))
-    return Vote(reps[best], counts[best], total, list(zip(reps, counts, strict=True)))
+    best = max(range(len(reps)), key=lambda j: (mass[j], counts[j], -j))
+    return Vote(
+        reps[best], counts[best], total, list(zip(reps, counts, strict=True)), weight=mass[best]
+    )

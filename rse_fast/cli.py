@@ -411,28 +411,74 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def add_eval_parser(sub: Any) -> None:
-    p = sub.add_parser("eval", help="compare TTS methods at equal token budgets")
+    p = sub.add_parser(
+        "eval",
+        help="compare TTS methods at equal token budgets (`eval report DIR…` merges shards)",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("run", "report"),
+        default="run",
+        help="run (default) the evaluation, or report: merge results (shards) into a table",
+    )
+    p.add_argument("paths", nargs="*", help="report: results directories or files to merge")
     p.add_argument("--methods", default="sc,bon,beam,particle,refine,fusion,rse")
     p.add_argument(
         "--dataset",
-        required=True,
         help="mmath:math500|competition, gym:<task>, humaneval, healthbench, "
         "writingbench, jsonl:<path>",
     )
     p.add_argument("--budgets", default="2000,8000,32000")
-    p.add_argument("--limit", type=int, default=20, help="problems (seeded sample)")
+    p.add_argument("--limit", type=int_in(1, 1_000_000), default=20, help="problems (seeded)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--shard",
+        help="i/N: run only shard i of N (problems split by a hash of their id), writing "
+        "results.shard-i-of-N.jsonl; merge with `rse-fast eval report DIR`",
+    )
+    p.add_argument(
+        "--single-samples",
+        type=int_in(0, 1000),
+        default=4,
+        help="independent plain samples per problem for the single-sample baseline μ",
+    )
     p.add_argument("--base-url")
     p.add_argument("--model")
     p.add_argument("--api-key")
     add_local_arguments(p)
-    p.add_argument("--judge-url", help="OpenAI-compatible judge (default: the policy model)")
+    p.add_argument("--judge-url", help="the methods' verifier (default: the policy model)")
     p.add_argument("--judge-model")
     p.add_argument("--reward-url", help="scoring API for best-of-N instead of the LLM judge")
-    p.add_argument("--parallel", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument(
+        "--grader-url",
+        help="open-ended tasks: the grader of true quality, distinct from the verifier "
+        "(default: the verifier, and the report then says self-agreement, not ρ_v)",
+    )
+    p.add_argument("--grader-model")
+    p.add_argument("--grader-api-key")
+    p.add_argument(
+        "--grader-temperature",
+        type=float_in(0.0, 2.0),
+        default=0.7,
+        help="sampling temperature of the two independent grader readings",
+    )
+    p.add_argument("--parallel", type=int_in(1, 1024), default=4)
+    p.add_argument("--max-tokens", type=int_in(1, 1_000_000), default=1024)
     p.add_argument("--out", default="eval-results", help="directory; reruns resume from it")
+    p.add_argument("--title", help="report title")
     p.add_argument("--quiet", action="store_true")
+
+
+def _eval_report(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from rse_fast.eval.report import write_report
+
+    places = [Path(p) for p in (args.paths or [args.out])]
+    out = Path(args.out) if args.paths else places[0]
+    title = args.title or "evaluation: " + ", ".join(str(p) for p in places)
+    return write_report(places, out, title)
 
 
 async def _eval(args: argparse.Namespace) -> dict[str, Any]:
@@ -440,41 +486,65 @@ async def _eval(args: argparse.Namespace) -> dict[str, Any]:
 
     from rse_fast.encoder import Encoder
     from rse_fast.eval.datasets import load_dataset
+    from rse_fast.eval.grading import RubricGrader
+    from rse_fast.eval.records import Shard
     from rse_fast.eval.report import write_report
     from rse_fast.eval.runner import EvalPlan, run_eval
     from rse_fast.llm.client import LLMClient
     from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
 
+    shard = Shard.parse(args.shard) if args.shard else None
     ds = load_dataset(args.dataset, args.limit, args.seed)
     budgets = [int(b) for b in args.budgets.split(",")]
     async with contextlib.AsyncExitStack() as stack:
         client = await _connect(args, stack, args.parallel)
         model = client.model
         api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
-        judge_client = None
+        judge_client = client
         if args.judge_url:
             judge_client = await stack.enter_async_context(
                 LLMClient(args.judge_url, args.judge_model or model, api_key=api_key)
             )
-        judge = LLMJudge(client=judge_client)
+        judge = LLMJudge(client=judge_client if args.judge_url else None)
+        grader = None
+        if ds.kind == "rubric":
+            grader_client = judge_client
+            if args.grader_url:
+                grader_client = await stack.enter_async_context(
+                    LLMClient(
+                        args.grader_url,
+                        args.grader_model or model,
+                        api_key=args.grader_api_key or api_key,
+                    )
+                )
+            grader = RubricGrader(grader_client, temperature=args.grader_temperature)
         encoder = Encoder()
         common = dict(parallel=args.parallel, max_tokens=args.max_tokens, seed=args.seed)
         methods = []
         for name in args.methods.split(","):
             extra: dict[str, Any] = {}
-            if name in ("bon", "beam", "particle"):
+            if name in ("bon", "beam", "particle", "refine"):
                 extra["judge"] = (
                     HTTPRewardModel(args.reward_url) if name == "bon" and args.reward_url else judge
                 )
-            if name == "rse":
+            if name.startswith("rse"):
                 extra["encoder"] = encoder
             methods.append(make_method(name.strip(), **common, **extra))
         out = Path(args.out)
-        plan = EvalPlan(methods, budgets, out, grader=LLMJudge(), grader_client=judge_client)
+        plan = EvalPlan(
+            methods,
+            budgets,
+            out,
+            grader=grader,
+            verifier=judge_client.identity,
+            single_samples=args.single_samples,
+            shard=shard,
+        )
         log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-        results = await run_eval(ds, plan, client, encoder=encoder, progress=log)
-    title = f"{ds.name}, {len(ds.problems)} problems, model {model}"
-    return write_report(results, out, title, noisy=ds.kind == "rubric")
+        await run_eval(ds, plan, client, encoder=encoder, progress=log)
+    part = f", shard {shard.index}/{shard.count}" if shard else ""
+    title = args.title or f"{ds.name}, {len(ds.problems)} problems{part}, model {model}"
+    return write_report(plan.results_path, out, title)
 
 
 def add_report_parser(sub: Any) -> None:
@@ -575,6 +645,18 @@ def main(argv: list[str] | None = None) -> int:
             args.problem, args.gold = demo["problem"], args.gold or demo["answer"]
         if not args.problem:
             parser.error("give a problem, or --demo")
+    if args.command == "eval":
+        if args.action == "run" and not args.dataset:
+            parser.error("eval needs --dataset (or `rse-fast eval report DIR…` to merge results)")
+        if args.action == "run" and args.paths:
+            parser.error(f"unexpected arguments {args.paths}: did you mean `eval report`?")
+        if args.shard:
+            from rse_fast.eval.records import Shard
+
+            try:
+                Shard.parse(args.shard)
+            except ValueError as exc:
+                parser.error(str(exc))
     try:
         return _run(args)
     except KeyboardInterrupt:
@@ -598,7 +680,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "local":
         return _local(args)
     if args.command == "eval":
-        report = asyncio.run(_eval(args))
+        report = _eval_report(args) if args.action == "report" else asyncio.run(_eval(args))
         print(report["table"])
         if report["plot"]:
             print(f"plot: {report['plot']}")

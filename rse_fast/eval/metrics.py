@@ -1,32 +1,78 @@
-"""Metrics that separate exploration (the best candidate in the pool) from exploitation (the
-output chosen): oracle pool quality with a bias correction for noisy scores, recovered headroom,
-the verifier's rank correlation with true quality, and candidate diversity."""
+"""Metrics as the TTS-in-the-wild study defines them, separating exploration (the best candidate
+in the pool) from exploitation (the output chosen).
+
+Notation (DESIGN §1.2): Q*(T) the quality of the best candidate in the pool at budget T, μ the
+quality of an independent single sample, headroom Q* − μ, net exploitation Q − Q*, capture
+h = (Q − μ)/(Q* − μ), ρ_v the rank correlation of the verifier's scores with a *distinct*
+grader's. Every aggregate skips NaN (judge garbage) and says how many values it skipped.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 
+def finite(xs: Sequence[float | None]) -> list[float]:
+    """The values that are numbers (None and NaN dropped)."""
+    return [float(x) for x in xs if x is not None and not math.isnan(x)]
+
+
 def oracle(qualities: Sequence[float]) -> float:
-    """Quality of the best candidate in the pool (exact when quality is verified)."""
-    return max(qualities) if qualities else 0.0
-
-
-def oracle_bias_corrected(first: Sequence[float], second: Sequence[float]) -> float:
-    """Oracle when true quality is itself a noisy judge score: pick the best by one
-    independent scoring, report the other scoring of that pick. The max of noisy scores is
-    biased upward (winner's curse); the held-out score of the argmax is not."""
-    if not first:
+    """Quality of the best candidate in the pool, NaN-safe (NaN never wins, whatever its
+    position); NaN when no candidate has a quality, 0 for an empty pool."""
+    if not qualities:
         return 0.0
-    best = max(range(len(first)), key=lambda i: (first[i], -i))
-    return float(second[best])
+    vals = finite(qualities)
+    return max(vals) if vals else math.nan
 
 
-def recovered_headroom(final: float, single: float, oracle_q: float) -> float | None:
-    """(final − single sample) ÷ (oracle − single sample); None when there is no headroom."""
+@dataclass(frozen=True, kw_only=True)
+class NoisyOracle:
+    """The closed-form bias-corrected oracle of one pool and the quantities it rests on."""
+
+    observed_max: float  # max over candidates of the mean of the two readings
+    corrected: float  # E[max true quality] under the i.i.d. model
+    reliability: float  # true variance ÷ observed variance of a candidate's mean reading
+    noise_var: float  # variance of one reading's error (from the two readings' spread)
+
+
+def oracle_bias_corrected(first: Sequence[float], second: Sequence[float]) -> NoisyOracle | None:
+    """Bias-corrected oracle from two independent gradings of every candidate.
+
+    Model (i.i.d. candidates): reading = q + e with q ~ N(m, τ²) and e ~ N(0, σ²) independent.
+    The max of the mean readings then expects m + sqrt(τ² + σ²/2)·e_n, while the best true
+    quality expects m + τ·e_n (e_n the expected max of n standard normals), so
+
+        Q*_corrected = m̂ + (max s̄ − m̂) · sqrt(τ̂² / (τ̂² + σ̂²/2)),
+
+    with σ̂² = mean((s₁ − s₂)²)/2 and τ̂² = var(s̄) − σ̂²/2 (floored at 0). A pool whose readings
+    agree exactly is noiseless and keeps its plain max. None if fewer than two candidates
+    have both readings.
+    """
+    pairs = [(a, b) for a, b in zip(first, second, strict=True) if a == a and b == b]
+    if len(pairs) < 2:
+        return None
+    s1, s2 = np.array(pairs, dtype=np.float64).T
+    mean_reading = (s1 + s2) / 2
+    noise_var = float(np.mean((s1 - s2) ** 2) / 2)
+    observed_var = float(np.var(mean_reading, ddof=1))
+    true_var = max(0.0, observed_var - noise_var / 2)
+    reliability = 1.0 if observed_var <= 1e-15 else min(1.0, true_var / observed_var)
+    m, top = float(mean_reading.mean()), float(mean_reading.max())
+    return NoisyOracle(
+        observed_max=top,
+        corrected=m + (top - m) * math.sqrt(reliability),
+        reliability=reliability,
+        noise_var=noise_var,
+    )
+
+
+def capture(final: float, single: float, oracle_q: float) -> float | None:
+    """Headroom capture h = (Q − μ)/(Q* − μ); None when there is no headroom to capture."""
     gap = oracle_q - single
     if gap <= 1e-12:
         return None
@@ -55,17 +101,18 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def mean_pairwise_cosine(vectors: np.ndarray) -> float | None:
-    """Mean cosine over distinct pairs of unit vectors (higher = less diverse)."""
+def mean_pairwise_cosine_distance(vectors: np.ndarray) -> float | None:
+    """Diversity as the study measures it: mean of 1 − cos over distinct pairs of unit vectors
+    (0 for identical candidates, higher is more diverse)."""
     n = len(vectors)
     if n < 2:
         return None
     g = vectors @ vectors.T
-    return float((g.sum() - np.trace(g)) / (n * (n - 1)))
+    return float(1.0 - (g.sum() - np.trace(g)) / (n * (n - 1)))
 
 
 def mean(xs: Sequence[float | None]) -> float | None:
-    vals = [x for x in xs if x is not None and not math.isnan(x)]
+    vals = finite(xs)
     return sum(vals) / len(vals) if vals else None
 
 
@@ -73,7 +120,7 @@ def bootstrap_mean_ci(
     values: Sequence[float], *, resamples: int = 10_000, level: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean (NaN values dropped)."""
-    x = np.asarray([v for v in values if v == v], dtype=np.float64)
+    x = np.asarray(finite(values), dtype=np.float64)
     if x.size == 0:
         return (math.nan, math.nan)
     rng = np.random.default_rng(seed)
@@ -101,3 +148,33 @@ def paired_difference(
         float(np.mean(diffs)),
         bootstrap_mean_ci(diffs, resamples=resamples, level=level, seed=seed),
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fit:
+    """Least-squares line y = intercept + slope·x and its R²."""
+
+    slope: float
+    intercept: float
+    r2: float
+    points: int
+
+
+def linear_fit(x: Sequence[float | None], y: Sequence[float | None]) -> Fit | None:
+    """Ordinary least squares over the pairs where both are numbers (the study's h-vs-ρ_v
+    regression); None with fewer than 3 pairs or constant x."""
+    pairs = [
+        (float(a), float(b))
+        for a, b in zip(x, y, strict=True)
+        if a is not None and b is not None and a == a and b == b
+    ]
+    if len(pairs) < 3:
+        return None
+    xs, ys = np.array(pairs).T
+    if np.ptp(xs) == 0:
+        return None
+    slope, intercept = np.polyfit(xs, ys, 1)
+    resid = ys - (intercept + slope * xs)
+    total = float(((ys - ys.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid**2).sum()) / total if total > 0 else 1.0
+    return Fit(slope=float(slope), intercept=float(intercept), r2=r2, points=len(pairs))

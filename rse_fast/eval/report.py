@@ -1,55 +1,89 @@
-"""Aggregate results.jsonl into a table (markdown + JSON) and a quality-vs-tokens plot with the
-exploration (oracle) and exploitation (final) curves of each method."""
+"""Aggregate results files (one run or many shards) into the study's metrics: a table
+(markdown + JSON) with 95% bootstrap intervals, paired differences between methods at each
+budget, the h-vs-ρ_v regression, and a quality-vs-tokens plot with the exploration (oracle)
+and exploitation (final) curves of each method."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from rse_fast.eval.metrics import mean, oracle, oracle_bias_corrected, recovered_headroom
+from rse_fast.eval.metrics import (
+    bootstrap_mean_ci,
+    capture,
+    finite,
+    linear_fit,
+    mean,
+    oracle,
+    oracle_bias_corrected,
+    paired_difference,
+)
+from rse_fast.eval.records import Records, read_records, results_files
+from rse_fast.eval.runner import SINGLE
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text().split("\n"):
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    """The readable records of one results file (see ``read_records`` for what is skipped)."""
+    return read_records([path]).rows
 
 
 def single_sample_quality(records: list[dict[str, Any]]) -> dict[str, float]:
-    """Per problem: mean quality of every plain sample seen (any method, any budget)."""
-    acc: dict[str, list[float]] = defaultdict(list)
+    """μ per problem: the mean quality of its independent single samples."""
+    out = {}
     for r in records:
-        for q, origin in zip(r["pool_quality"], r["pool_origin"], strict=True):
-            if origin in ("sample", "rse-round-1") and not math.isnan(q):
-                acc[r["problem"]].append(q)
-    return {p: sum(v) / len(v) for p, v in acc.items() if v}
+        if r["method"] == SINGLE:
+            vals = finite(r["qualities"])
+            if vals:
+                out[r["problem"]] = sum(vals) / len(vals)
+    return out
+
+
+def rho_kind(recs: list[dict[str, Any]]) -> str | None:
+    """What the verifier-vs-truth correlation of these records is: against an exact checker,
+    against a distinct grader (ρ_v proper), or the judge agreeing with itself."""
+    pairs = {(r.get("verifier"), r.get("grader")) for r in recs if r.get("rho_v") is not None}
+    if not pairs:
+        return None
+    if any(g and g.startswith("exact:") for _, g in pairs):
+        return "verifier-vs-exact"
+    if any(v is not None and v == g for v, g in pairs):
+        return "self-agreement"
+    return "verifier-vs-grader"
+
+
+def pool_oracle(r: dict[str, Any], noisy: bool) -> float:
+    """Q* of one pool: the plain max for exact grades, the closed-form correction for noisy
+    ones (falling back to the max when too few candidates have two readings)."""
+    if noisy:
+        fit = oracle_bias_corrected(r["pool_quality_first"], r["pool_quality_second"])
+        if fit is not None:
+            return fit.corrected
+    return oracle(r["pool_quality"])
+
+
+def _interval(values: Sequence[float]) -> list[float] | None:
+    lo, hi = bootstrap_mean_ci(values)
+    return None if lo != lo else [lo, hi]
 
 
 def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[str, Any]]:
     single = single_sample_quality(records)
     groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
-        groups[(r["method"], int(r["budget"]))].append(r)
+        if r["method"] != SINGLE:
+            groups[(r["method"], int(r["budget"]))].append(r)
     rows = []
     for (method, budget), recs in sorted(groups.items()):
-        finals, oracles, singles = [], [], []
-        for r in recs:
-            best = (
-                oracle_bias_corrected(r["pool_quality_first"], r["pool_quality_second"])
-                if noisy
-                else oracle(r["pool_quality"])
-            )
-            finals.append(r["final_quality"])
-            oracles.append(best)
-            singles.append(single.get(r["problem"], math.nan))
-        f, o, s = mean(finals), mean(oracles), mean(singles)
+        finals = [r["final_quality"] for r in recs]
+        oracles = [pool_oracle(r, noisy) for r in recs]
+        singles = [single.get(r["problem"], math.nan) for r in recs]
+        q, q_star, mu = mean(finals), mean(oracles), mean(singles)
+        rhos = [r["rho_v"] for r in recs if r.get("rho_v") is not None]
         rounds = [
             r["meta"].get("accuracy_per_round") for r in recs if r["meta"].get("accuracy_per_round")
         ]
@@ -58,6 +92,7 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
             if rounds
             else None
         )
+        both = q is not None and q_star is not None and mu is not None
         rows.append(
             {
                 "method": method,
@@ -68,20 +103,78 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "exploration_share": mean(
                     [r["exploration_tokens"] / r["tokens"] for r in recs if r["tokens"]]
                 ),
-                "final": f,
-                "oracle": o,
-                "single": s,
-                "headroom_recovered": (
-                    recovered_headroom(f, s, o)
-                    if f is not None and s is not None and o is not None
-                    else None
-                ),
-                "rho_v": mean([r["rho_v"] for r in recs]),
+                "final": q,
+                "final_ci95": _interval(finals),
+                "oracle": q_star,
+                "oracle_ci95": _interval(oracles),
+                "oracle_corrected": noisy,
+                "single": mu,
+                "single_problems": len(finite(singles)),
+                "headroom": q_star - mu if both else None,  # type: ignore[operator]
+                "net_exploitation": q - q_star if both else None,  # type: ignore[operator]
+                "capture": capture(q, mu, q_star) if both else None,  # type: ignore[arg-type]
+                "rho_v": sum(rhos) / len(rhos) if rhos else None,
+                "rho_v_pools": len(rhos),
+                "rho_v_kind": rho_kind(recs),
                 "diversity": mean([r["diversity"] for r in recs]),
+                "judge_garbage": sum(int(r.get("judge_garbage", 0)) for r in recs),
+                "grade_garbage": sum(int(r.get("grade_garbage", 0)) for r in recs),
                 "accuracy_per_round": per_round,
             }
         )
     return rows
+
+
+def paired_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At each budget, every pair of methods on the problems both ran, and every method
+    against its problems' single-sample μ: mean difference of final quality and its 95%
+    bootstrap interval (resampling problems)."""
+    finals: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for r in records:
+        if r["method"] != SINGLE:
+            finals[(r["method"], int(r["budget"]))][r["problem"]] = r["final_quality"]
+    single = single_sample_quality(records)
+    out = []
+    budgets = sorted({b for _, b in finals})
+    for budget in budgets:
+        methods = sorted(m for m, b in finals if b == budget)
+        for a, b in combinations(methods, 2):
+            shared = sorted(finals[(a, budget)].keys() & finals[(b, budget)].keys())
+            if shared:
+                diff, ci = paired_difference(
+                    [finals[(a, budget)][p] for p in shared],
+                    [finals[(b, budget)][p] for p in shared],
+                )
+                out.append(_pair(budget, a, b, shared, diff, ci))
+        for m in methods:
+            shared = sorted(finals[(m, budget)].keys() & single.keys())
+            if shared:
+                diff, ci = paired_difference(
+                    [finals[(m, budget)][p] for p in shared], [single[p] for p in shared]
+                )
+                out.append(_pair(budget, m, SINGLE, shared, diff, ci))
+    return out
+
+
+def _pair(
+    budget: int, a: str, b: str, problems: list[str], diff: float, ci: tuple[float, float]
+) -> dict[str, Any]:
+    return {
+        "budget": budget,
+        "a": a,
+        "b": b,
+        "problems": len(problems),
+        "diff": diff,
+        "ci95": None if ci[0] != ci[0] else list(ci),
+    }
+
+
+def capture_vs_rho(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The study's regression of headroom capture h on ρ_v across (method, budget)."""
+    fit = linear_fit([r["rho_v"] for r in rows], [r["capture"] for r in rows])
+    if fit is None:
+        return None
+    return {"slope": fit.slope, "intercept": fit.intercept, "r2": fit.r2, "points": fit.points}
 
 
 def _fmt(x: Any, pct: bool = False) -> str:
@@ -92,25 +185,69 @@ def _fmt(x: Any, pct: bool = False) -> str:
     return f"{x:.2f}" if isinstance(x, float) else str(x)
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
+def _ci(x: list[float] | None) -> str:
+    return "" if not x else f" [{100 * x[0]:.0f}, {100 * x[1]:.0f}]"
+
+
+RHO_LABEL = {
+    "verifier-vs-exact": "ρ_v",
+    "verifier-vs-grader": "ρ_v",
+    "self-agreement": "self-agreement",
+}
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    rows = summary["rows"]
     head = (
-        "| method | budget | tokens (±) | final | oracle | single | headroom | ρ_v | "
-        "diversity (cos) | explore share |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| method | budget | tokens (±) | final Q [95% CI] | oracle Q* | single μ | "
+        "headroom Q*−μ | Q−Q* | capture h | ρ_v (pools) | diversity (cos dist) | "
+        "garbage judge/grade | explore share |\n" + "|---" * 13 + "|"
     )
     lines = [head]
     for r in rows:
+        rho = _fmt(r["rho_v"])
+        if r["rho_v"] is not None:
+            label = RHO_LABEL.get(r["rho_v_kind"] or "", "ρ_v")
+            rho = f"{rho} ({r['rho_v_pools']})" + ("" if label == "ρ_v" else f" {label}")
         lines.append(
             f"| {r['method']} | {r['budget']:,} | {r['tokens']:.0f} "
-            f"({_fmt(r['budget_error'], True)}) | {_fmt(r['final'], True)} | "
-            f"{_fmt(r['oracle'], True)} | {_fmt(r['single'], True)} | "
-            f"{_fmt(r['headroom_recovered'], True)} | {_fmt(r['rho_v'])} | "
-            f"{_fmt(r['diversity'])} | {_fmt(r['exploration_share'], True)} |"
+            f"({_fmt(r['budget_error'], True)}) | {_fmt(r['final'], True)}{_ci(r['final_ci95'])} "
+            f"| {_fmt(r['oracle'], True)} | {_fmt(r['single'], True)} | "
+            f"{_fmt(r['headroom'], True)} | {_fmt(r['net_exploitation'], True)} | "
+            f"{_fmt(r['capture'], True)} | {rho} | {_fmt(r['diversity'])} | "
+            f"{r['judge_garbage']}/{r['grade_garbage']} | {_fmt(r['exploration_share'], True)} |"
         )
-    rse = [r for r in rows if r["accuracy_per_round"]]
-    for r in rse:
+    notes = []
+    if any(r["oracle_corrected"] for r in rows):
+        notes.append(
+            "Q* is bias-corrected in closed form from two independent grader readings per "
+            "candidate (i.i.d. Gaussian candidates; see eval.metrics.oracle_bias_corrected)."
+        )
+    if any(r["rho_v_kind"] == "self-agreement" for r in rows):
+        notes.append(
+            "The verifier and the grader are the same model behind the same endpoint: the ρ "
+            "column is its self-agreement, not ρ_v. Pass --grader-url/--grader-model."
+        )
+    fit = summary.get("h_vs_rho_v")
+    if fit:
+        notes.append(
+            f"h vs ρ_v over {fit['points']} (method, budget) rows: h = {fit['intercept']:.2f} + "
+            f"{fit['slope']:.2f}·ρ_v, R² = {fit['r2']:.2f}."
+        )
+    paired = [p for p in summary["paired"] if p["b"] == SINGLE]
+    if paired:
+        notes.append(
+            "Gain over single samples (paired by problem, 95% CI): "
+            + "; ".join(
+                f"{p['a']}@{p['budget']:,} {100 * p['diff']:+.0f}{_ci(p['ci95'])}" for p in paired
+            )
+        )
+    if summary.get("unreadable"):
+        notes.append(f"Unreadable result lines (not counted): {', '.join(summary['unreadable'])}")
+    for r in (r for r in rows if r["accuracy_per_round"]):
         acc = ", ".join(_fmt(a, True) for a in r["accuracy_per_round"])
-        lines.append(f"\nRSE @{r['budget']:,}: accuracy per round {acc}")
-    return "\n".join(lines)
+        notes.append(f"{r['method']} @{r['budget']:,}: accuracy per round {acc}")
+    return "\n".join(lines) + ("\n\n" + "\n\n".join(notes) if notes else "")
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
@@ -144,10 +281,32 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     return path
 
 
-def write_report(results: Path, out: Path, title: str, noisy: bool = False) -> dict[str, Any]:
-    rows = aggregate(load_records(results), noisy)
-    table = markdown_table(rows)
+def summarise(records: Records, noisy: bool) -> dict[str, Any]:
+    rows = aggregate(records.rows, noisy)
+    return {
+        "rows": rows,
+        "paired": paired_rows(records.rows),
+        "h_vs_rho_v": capture_vs_rho(rows),
+        "unreadable": records.unreadable,
+        "duplicates": records.duplicates,
+        "sources": records.sources,
+    }
+
+
+def write_report(
+    results: Path | Iterable[Path], out: Path, title: str, noisy: bool | None = None
+) -> dict[str, Any]:
+    """Merge the results files found at ``results`` (a file, a directory of shards, or
+    several) and write table.md, summary.json and the plot into ``out``. ``noisy`` (default:
+    whether any record was graded by a rubric grader) turns on the oracle correction."""
+    places = [results] if isinstance(results, Path) else list(results)
+    records = read_records(results_files(places))
+    if noisy is None:
+        noisy = any(not str(r.get("grader", "exact:")).startswith("exact:") for r in records.rows)
+    summary = summarise(records, noisy)
+    table = markdown_table(summary)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(f"# {title}\n\n{table}\n")
-    (out / "summary.json").write_text(json.dumps(rows, indent=1))
-    png = plot(rows, out / "quality_vs_tokens.png", title)
-    return {"rows": rows, "table": table, "plot": str(png) if png else None}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    png = plot(summary["rows"], out / "quality_vs_tokens.png", title)
+    return {**summary, "table": table, "plot": str(png) if png else None}

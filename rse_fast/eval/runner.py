@@ -1,79 +1,85 @@
-"""Compute-normalised runner: every method × budget × problem, one JSONL record each, resumable.
+"""Compute-normalised runner: every method × budget × problem, one JSONL record each, resumable
+and shardable.
 
 Methods that can (SC, BoN) generate once at the largest budget and are subsampled for the
-smaller ones. True quality: the dataset's verifier, or (open-ended tasks) a rubric judge scoring
-every candidate twice with different seeds on its own ledger, outside every method's budget.
+smaller ones. μ comes from ``single_samples`` independent plain samples per problem, drawn once
+(their own record, outside every method's budget), never from a method's pool. True quality:
+the dataset's verifier (exact), or for open-ended tasks the rubric grader (``eval.grading``),
+read twice per candidate with independent samples on its own ledger so the report can correct
+the oracle for the grader's noise.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rse_fast.encoder import Encoder
 from rse_fast.eval.datasets import Dataset
-from rse_fast.eval.metrics import mean_pairwise_cosine, spearman
-from rse_fast.eval.report import load_records
+from rse_fast.eval.grading import RubricGrader
+from rse_fast.eval.metrics import mean_pairwise_cosine_distance, spearman
+from rse_fast.eval.records import (
+    Shard,
+    append_record,
+    read_records,
+    repair_torn_tail,
+    results_file,
+)
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import Method, MethodResult, Problem
-from rse_fast.methods.judge import LLMJudge
+
+SINGLE = "single"  # the method name of the μ record
 
 
 @dataclass
 class EvalPlan:
+    """What to run. ``grader`` grades open-ended tasks (required for them); ``verifier`` names
+    the judge the methods use, so ρ_v is reported as such only when the grader differs."""
+
     methods: Sequence[Method]
     budgets: Sequence[int]
     out: Path
-    grader: LLMJudge = field(default_factory=LLMJudge)
-    grader_client: LLMClient | None = None  # defaults to the policy client
+    grader: RubricGrader | None = None
+    verifier: str | None = None
+    single_samples: int = 4
+    shard: Shard | None = None
 
     @property
     def results_path(self) -> Path:
-        return self.out / "results.jsonl"
-
-
-def _drop_torn_tail(path: Path) -> None:
-    """An interrupted run may leave half a line at the end: cut it so appends stay valid."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
-
-
-def _done(path: Path) -> set[tuple[str, str, int]]:
-    """Keys already recorded; a torn last line (interrupted run) is skipped and redone."""
-    if not path.exists():
-        return set()
-    return {
-        (r["problem"], r["method"], int(r["budget"]))
-        for r in load_records(path)
-        if {"problem", "method", "budget"} <= r.keys()
-    }
+        return results_file(self.out, self.shard)
 
 
 async def _qualities(
-    ds: Dataset, problem: Problem, texts: list[str], plan: EvalPlan, client: LLMClient
+    ds: Dataset, problem: Problem, texts: list[str], plan: EvalPlan
 ) -> tuple[list[float], list[float]]:
-    """Two independent quality readings per text (identical for verifiable tasks)."""
+    """Two independent quality readings per text (the same exact value for verifiable tasks)."""
     if ds.kind != "rubric":
         q = [ds.grade(problem, t) for t in texts]
         return q, q
-    grader = (plan.grader_client or client).with_ledger(Ledger())
-    rubric = problem.meta.get("rubric") or []
-    out: list[list[float]] = [[], []]
-    for seed in (0, 1):
-        for t in texts:
-            s = await plan.grader.score(grader, problem.prompt, t, rubric=rubric, seed=seed)
-            out[seed].append((s - 1) / 9 if s is not None else math.nan)
-    return out[0], out[1]
+    if plan.grader is None:
+        raise ValueError(f"{ds.name} is open-ended: the plan needs a rubric grader")
+    grader = plan.grader
+    first = [await grader.grade(problem, t, seed=2 * k) for k, t in enumerate(texts)]
+    second = [await grader.grade(problem, t, seed=2 * k + 1) for k, t in enumerate(texts)]
+    return first, second
+
+
+def _truth(first: list[float], second: list[float]) -> list[float]:
+    return [
+        (a + b) / 2 if a == a and b == b else (a if a == a else b)
+        for a, b in zip(first, second, strict=True)
+    ]
+
+
+def _grader_name(ds: Dataset, plan: EvalPlan) -> str:
+    if ds.kind != "rubric":
+        return f"exact:{ds.name}"
+    return plan.grader.identity if plan.grader else "none"
 
 
 async def record_for(
@@ -81,18 +87,17 @@ async def record_for(
     problem: Problem,
     result: MethodResult,
     plan: EvalPlan,
-    client: LLMClient,
     encoder: Encoder | None,
 ) -> dict[str, Any]:
     pool = result.pool
     texts = [c.text for c in pool] + ([result.final.text] if result.final else [])
-    q1, q2 = await _qualities(ds, problem, texts, plan, client)
-    pool_q1, pool_q2 = q1[: len(pool)], q2[: len(pool)]
-    final_q = (q1[-1] + q2[-1]) / 2 if result.final else 0.0
+    q1, q2 = await _qualities(ds, problem, texts, plan)
+    truth = _truth(q1, q2)
+    pool_truth = truth[: len(pool)]
     judge = [c.scores.get("judge", math.nan) for c in pool]
     diversity = None
     if encoder is not None and len(pool) > 1:
-        diversity = mean_pairwise_cosine(encoder.encode([c.text for c in pool]))
+        diversity = mean_pairwise_cosine_distance(encoder.encode([c.text for c in pool]))
     ledger = result.ledger
     return {
         "problem": problem.id,
@@ -103,15 +108,47 @@ async def record_for(
         "exploration_tokens": ledger.exploration_tokens,
         "exploitation_tokens": ledger.exploitation_tokens,
         "final_answer": result.final.answer if result.final else None,
-        "final_quality": final_q,
-        "pool_quality": [(a + b) / 2 for a, b in zip(pool_q1, pool_q2, strict=True)],
-        "pool_quality_first": pool_q1,
-        "pool_quality_second": pool_q2,
+        "final_quality": truth[-1] if result.final else 0.0,
+        "pool_quality": pool_truth,
+        "pool_quality_first": q1[: len(pool)],
+        "pool_quality_second": q2[: len(pool)],
         "pool_origin": [c.origin for c in pool],
         "judge_scores": judge,
-        "rho_v": spearman(judge, pool_q1) if any(j == j for j in judge) else None,
+        "judge_garbage": sum(1 for j in judge if j != j) if any(c.scores for c in pool) else 0,
+        "grade_garbage": sum(1 for x in q1 + q2 if x != x),
+        "rho_v": spearman(judge, pool_truth) if any(j == j for j in judge) else None,
+        "verifier": plan.verifier if any(c.scores for c in pool) else None,
+        "grader": _grader_name(ds, plan),
         "diversity": diversity,
         "meta": {k: v for k, v in result.meta.items() if k != "scorer"},
+    }
+
+
+async def single_record(
+    ds: Dataset, problem: Problem, plan: EvalPlan, client: LLMClient, method: Method
+) -> dict[str, Any]:
+    """μ for one problem: independent plain samples (seeds no method uses), graded like any
+    candidate, on a ledger of their own (outside every method's budget)."""
+    c = client.with_ledger(Ledger())
+    texts = []
+    for j in range(plan.single_samples):
+        res = await c.chat(
+            problem.messages(),
+            role="single",
+            seed=9_000_000 + j,
+            temperature=method.temperature,
+            max_tokens=method.max_tokens,
+        )
+        texts.append(res.text)
+    q1, q2 = await _qualities(ds, problem, texts, plan)
+    return {
+        "problem": problem.id,
+        "method": SINGLE,
+        "budget": 0,
+        "qualities": _truth(q1, q2),
+        "tokens_per_sample": c.ledger.total_tokens / max(1, len(texts)),
+        "grade_garbage": sum(1 for x in q1 + q2 if x != x),
+        "grader": _grader_name(ds, plan),
     }
 
 
@@ -123,35 +160,56 @@ async def run_eval(
     encoder: Encoder | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run what is missing from ``results.jsonl``; returns its path."""
+    """Run what is missing from this plan's results file; returns its path."""
+    say = progress or (lambda _line: None)
     plan.out.mkdir(parents=True, exist_ok=True)
-    _drop_torn_tail(plan.results_path)
-    done = _done(plan.results_path)
+    path = plan.results_path
+    cut = repair_torn_tail(path)
+    if cut:
+        say(f"{path}: cut a torn last line ({cut} bytes) left by an interrupted run")
+    existing = read_records([path]) if path.exists() else None
+    done = existing.keys() if existing else set()
+    if existing and existing.unreadable:
+        say(
+            f"{path}: {len(existing.unreadable)} unreadable line(s) "
+            f"({', '.join(existing.unreadable[:3])}…): their cells run again"
+        )
+    problems = [p for p in ds.problems if plan.shard is None or plan.shard.holds(p.id)]
     budgets = sorted(set(plan.budgets))
-    cells = [(p.id, m.name, b) for p in ds.problems for m in plan.methods for b in budgets]
+    cells = [(p.id, m.name, b) for p in problems for m in plan.methods for b in budgets]
+    cells += [(p.id, SINGLE, 0) for p in problems] if plan.single_samples > 0 else []
     finished = sum(c in done for c in cells)
     started, new = time.perf_counter(), 0
-    with open(plan.results_path, "a", encoding="utf-8") as fh:
-        for problem in ds.problems:
+
+    def tick(line: str) -> None:
+        nonlocal finished, new
+        finished, new = finished + 1, new + 1
+        eta = (time.perf_counter() - started) / new * (len(cells) - finished)
+        say(f"[{finished}/{len(cells)} cells, ETA {_clock(eta)}] {line}")
+
+    with open(path, "a", encoding="utf-8") as fh:
+        for problem in problems:
+            if plan.single_samples > 0 and (problem.id, SINGLE, 0) not in done:
+                rec = await single_record(ds, problem, plan, client, plan.methods[0])
+                append_record(fh, rec)
+                tick(f"{problem.id} single samples: μ {_mean(rec['qualities']):.2f}")
             for method in plan.methods:
                 todo = [b for b in budgets if (problem.id, method.name, b) not in done]
                 if not todo:
                     continue
-                results = await _run_method(method, problem, todo, client)
-                for res in results:
-                    rec = await record_for(ds, problem, res, plan, client, encoder)
-                    fh.write(json.dumps(rec, default=str) + "\n")
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                    finished, new = finished + 1, new + 1
-                    if progress is not None:
-                        eta = (time.perf_counter() - started) / new * (len(cells) - finished)
-                        progress(
-                            f"[{finished}/{len(cells)} problem×method×budget, ETA "
-                            f"{_clock(eta)}] {problem.id} {method.name} @{res.budget}: "
-                            f"{rec['tokens']} tokens, final {rec['final_quality']:.2f}"
-                        )
-    return plan.results_path
+                for res in await _run_method(method, problem, todo, client):
+                    rec = await record_for(ds, problem, res, plan, encoder)
+                    append_record(fh, rec)
+                    tick(
+                        f"{problem.id} {method.name} @{res.budget}: {rec['tokens']} tokens, "
+                        f"final {rec['final_quality']:.2f}"
+                    )
+    return path
+
+
+def _mean(xs: list[float]) -> float:
+    vals = [x for x in xs if x == x]
+    return sum(vals) / len(vals) if vals else math.nan
 
 
 def _clock(seconds: float) -> str:

@@ -109,6 +109,13 @@ class LLMClient:
         return self.transport.pool
 
     @property
+    def identity(self) -> str:
+        """Which model behind which servers answers: ``url[,url…]#model`` (no keys), so two
+        roles (verifier and grader) can be told apart."""
+        urls = ",".join(sorted(s.endpoint.base_url for s in self.pool.states))
+        return f"{urls}#{self.model}"
+
+    @property
     def timeouts(self) -> Timeouts:
         return self.transport.timeouts
 

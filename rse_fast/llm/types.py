@@ -11,7 +11,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 Message = dict[str, Any]
-UsageSource = Literal["reported", "estimated", "corrected"]
+UsageSource = Literal["reported", "estimated", "corrected", "reused"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from rse_fast.answers import extract_answer
 from rse_fast.llm.client import LLMClient
-from rse_fast.llm.ledger import Ledger
+from rse_fast.llm.ledger import Ledger, count_prompt_tokens
+from rse_fast.llm.types import Message
 from rse_fast.options import keyword_names, reject_unknown
+from rse_fast.prompts import solve_messages
 
 T = TypeVar("T")
 
@@ -69,12 +71,33 @@ class MethodResult:
 
 @dataclass
 class Problem:
-    """A task: the prompt text, and (for verifiable tasks) a gold answer."""
+    """A task: the prompt text (the last user turn), and (for verifiable tasks) a gold answer.
+
+    ``history`` holds the earlier turns of a conversation, roles kept; ``open_ended`` marks a
+    task answered by a complete free-form response (no ``\\boxed{}`` answer, no vote).
+    """
 
     id: str
     prompt: str
     gold: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    history: tuple[Message, ...] = ()
+    open_ended: bool = False
+
+    @property
+    def transcript(self) -> str:
+        """The whole task as text for judges and graders: the conversation with its roles,
+        or the prompt alone when there is no history."""
+        if not self.history:
+            return self.prompt
+        turns = [*self.history, {"role": "user", "content": self.prompt}]
+        return "\n\n".join(f"[{m['role']}]\n{str(m.get('content') or '').strip()}" for m in turns)
+
+    def messages(self, experience_block: str = "") -> list[Message]:
+        """The chat messages that ask for one response to this task."""
+        return solve_messages(
+            self.prompt, experience_block, open_ended=self.open_ended, history=self.history
+        )
 
 
 def best_index(scores: list[float]) -> int | None:
@@ -88,18 +111,22 @@ def best_index(scores: list[float]) -> int | None:
 
 
 class Spend:
-    """Budget bookkeeping on a method's private ledger."""
+    """Budget bookkeeping on a method's private ledger. ``reserve`` (re-read at every use)
+    holds back what a later exploitation call is expected to cost."""
 
-    def __init__(self, ledger: Ledger, budget: int) -> None:
-        self.ledger, self.budget = ledger, budget
+    def __init__(
+        self, ledger: Ledger, budget: int, reserve: Callable[[], float] | None = None
+    ) -> None:
+        self.ledger, self.budget, self.reserve = ledger, budget, reserve
 
     @property
     def spent(self) -> int:
         return self.ledger.total_tokens
 
     @property
-    def left(self) -> int:
-        return self.budget - self.spent
+    def left(self) -> float:
+        held = self.reserve() if self.reserve is not None else 0.0
+        return self.budget - held - self.spent
 
     def units_left(self, unit_cost: float) -> int:
         """Whole units that still fit, rounding to the nearest so the total lands near budget."""
@@ -108,28 +135,81 @@ class Spend:
         return max(0, int(self.left / unit_cost + 0.5))
 
 
+@dataclass
+class EarlyStop:
+    """Stop generating once the outcome is settled: ``settled(results, still_possible)`` is
+    asked after every finished unit; when it says yes, calls in flight are cancelled. What
+    the stop saved is an estimate (units not run × the measured unit cost)."""
+
+    settled: Callable[[list[Any], int], bool]
+    stopped: bool = False
+    cancelled: int = 0
+    saved_tokens: int = 0
+
+
 async def in_waves(
     unit: Callable[[int], Awaitable[T]],
     spend: Spend,
     first_cost: float,
     parallel: int,
     limit: int | None = None,
+    minimum: int = 0,
+    early: EarlyStop | None = None,
 ) -> list[T]:
-    """Run ``unit(i)`` in parallel waves until the budget is spent (or ``limit`` units ran),
-    re-estimating the unit cost from what the last waves really cost."""
+    """Run ``unit(i)`` in parallel waves until the budget is spent (or ``limit`` units ran).
+
+    The first wave goes out at once, sized from ``first_cost`` (an estimate from the prompt's
+    length and the completion cap or a prior: no solo probe call on the critical path); each
+    later wave is sized from what the waves so far really cost. At least ``minimum`` units
+    run whatever the budget says."""
     out: list[T] = []
     cost = max(1.0, first_cost)
     while True:
-        n = spend.units_left(cost)
+        n = max(spend.units_left(cost), minimum - len(out))
         if limit is not None:
             n = min(n, limit - len(out))
         if n <= 0:
             return out
         wave = min(n, parallel)
-        before = spend.spent
-        results = await asyncio.gather(*(unit(len(out) + j) for j in range(wave)))
-        out.extend(results)
-        cost = max(1.0, (spend.spent - before) / wave)
+        before, done_before = spend.spent, len(out)
+        tasks = [asyncio.ensure_future(unit(len(out) + j)) for j in range(wave)]
+        if early is None:
+            out.extend(await asyncio.gather(*tasks))
+        elif await _until_settled(tasks, out, early, spend, cost):
+            measured = (spend.spent - before) / max(1, len(out) - done_before)
+            early.saved_tokens = int(
+                early.cancelled * measured + spend.units_left(measured) * measured
+            )
+            return out
+        cost = max(1.0, (spend.spent - before) / max(1, len(out) - done_before))
+
+
+async def _until_settled(
+    tasks: Sequence[asyncio.Future[T]], out: list[T], early: EarlyStop, spend: Spend, cost: float
+) -> bool:
+    """Collect one wave in completion order, asking ``early.settled`` after each unit;
+    True (and the rest cancelled) once it is."""
+    pending = set(tasks)
+    try:
+        while pending:
+            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for fut in finished:
+                out.append(fut.result())
+            possible = max(len(pending), spend.units_left(cost))
+            if early.settled(out, possible):
+                early.stopped, early.cancelled = True, len(pending)
+                return True
+        return False
+    finally:
+        for fut in pending:
+            fut.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def prompt_cost(client: LLMClient, messages: list[Message]) -> int:
+    """Prompt tokens of ``messages`` as this client counts them."""
+    return count_prompt_tokens(messages, client.count_tokens)
 
 
 class Method(abc.ABC):
@@ -164,6 +244,30 @@ class Method(abc.ABC):
             temperature,
             seed,
         )
+        self.completion_prior: float | None = None
+        self.cost_ratio: float | None = None  # measured unit cost ÷ its estimate, last runs
+
+    def expected_completion(self) -> float:
+        """Completion tokens a generation is expected to take: what earlier runs of this
+        method measured, or the cap when nothing has run yet (a first wave never overshoots)."""
+        return self.completion_prior if self.completion_prior is not None else self.max_tokens
+
+    def planned_cost(self, estimate: float) -> float:
+        """The cost a first wave plans with: ``estimate`` corrected by how far off the
+        estimates of earlier runs were (token counting differs between servers)."""
+        return estimate * (self.cost_ratio or 1.0)
+
+    def learn(self, pool: list[Candidate], estimate: float, spent: int) -> None:
+        """Fold a run's measured completion lengths and unit cost into the priors of the next
+        run, so its first wave is sized right without a probe call."""
+        lengths = [c.completion_tokens for c in pool if c.completion_tokens > 0]
+        if not lengths or estimate <= 0:
+            return
+        measured = min(float(self.max_tokens), sum(lengths) / len(lengths))
+        prior = self.completion_prior
+        self.completion_prior = measured if prior is None else (prior + measured) / 2
+        ratio = spent / len(pool) / estimate
+        self.cost_ratio = ratio if self.cost_ratio is None else (self.cost_ratio + ratio) / 2
 
     @abc.abstractmethod
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:

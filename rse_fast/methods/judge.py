@@ -1,22 +1,25 @@
-"""Verifiers: an LLM judge (pointwise 1-10 through a JSON schema) and a reward-model endpoint.
+"""Verifiers: an LLM judge (pointwise 1-10 through a JSON schema) and a reward-model endpoint,
+and the per-run scorer that judges each distinct candidate once.
 
-A judge reply that yields no score is *garbage*: counted, scored None, never fatal.
+A judge reply that yields no score is *garbage*: scored None (NaN in a pool), never fatal, and
+counted per run by the method that asked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from rse_fast.errors import LLMError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.types import Usage
-from rse_fast.prompts import JUDGE_SCHEMA, judge_messages, rubric_messages
+from rse_fast.prompts import JUDGE_SCHEMA, judge_messages
 
 _SCORE = re.compile(r'"?score"?\s*[:=]\s*(\d+(?:\.\d+)?)', re.IGNORECASE)
 
@@ -44,7 +47,6 @@ class LLMJudge:
     client: LLMClient | None = None
     max_tokens: int = 64
     use_schema: bool = True
-    garbage: int = field(default=0, init=False)
 
     async def score(
         self,
@@ -53,16 +55,12 @@ class LLMJudge:
         response: str,
         *,
         partial: bool = False,
-        rubric: Sequence[str] | None = None,
+        open_ended: bool = False,
         seed: int | None = None,
         task: str | None = None,
     ) -> float | None:
         judge = self.client.with_ledger(client.ledger) if self.client else client
-        messages = (
-            rubric_messages(problem, response, rubric)
-            if rubric is not None
-            else judge_messages(problem, response, partial)
-        )
+        messages = judge_messages(problem, response, partial, open_ended)
         params: dict[str, Any] = dict(
             role="judge", task=task, temperature=0.0, max_tokens=self.max_tokens, seed=seed
         )
@@ -73,12 +71,8 @@ class LLMJudge:
                 else judge.chat(messages, **params)
             )
         except LLMError:
-            self.garbage += 1
             return None
-        value = parse_score(reply.text)
-        if value is None:
-            self.garbage += 1
-        return value
+        return parse_score(reply.text)
 
 
 @dataclass
@@ -88,7 +82,6 @@ class HTTPRewardModel:
 
     url: str
     timeout_s: float = 60.0
-    garbage: int = field(default=0, init=False)
 
     async def score(
         self,
@@ -96,8 +89,10 @@ class HTTPRewardModel:
         problem: str,
         response: str,
         *,
+        partial: bool = False,
+        open_ended: bool = False,
+        seed: int | None = None,
         task: str | None = None,
-        **_: object,
     ) -> float | None:
         tokens = client.count_tokens(problem) + client.count_tokens(response)
         try:
@@ -112,7 +107,86 @@ class HTTPRewardModel:
                 data = await resp.json(content_type=None)
             value = float(data["score"])
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-            self.garbage += 1
             value = None
         client.ledger.record_usage("judge", Usage(tokens, 1, "estimated"), 0.0, self.url, task=task)
         return value
+
+
+class Verifier(Protocol):
+    """What scores a candidate: an LLM judge, a reward model, or your own."""
+
+    async def score(
+        self,
+        client: LLMClient,
+        problem: str,
+        response: str,
+        *,
+        partial: bool = ...,
+        open_ended: bool = ...,
+        seed: int | None = ...,
+        task: str | None = ...,
+    ) -> float | None: ...
+
+
+def normalise(text: str) -> str:
+    """What makes two candidates the same for judging: their text, whitespace collapsed."""
+    return " ".join(text.split())
+
+
+@dataclass
+class DistinctScorer:
+    """Judges each distinct candidate of one run once: exact duplicates after normalisation
+    (and concurrent requests for the same text) share one judge call. A reuse is booked in
+    the ledger as a zero-token ``judge`` record with source ``reused``, so the saving shows."""
+
+    judge: Verifier
+    client: LLMClient
+    problem: str
+    open_ended: bool = False
+    calls: int = 0
+    reused: int = 0
+    garbage: int = 0
+    _scores: dict[tuple[str, bool], asyncio.Future[float]] = field(default_factory=dict)
+
+    async def score(
+        self, text: str, *, partial: bool = False, seed: int | None = None, task: str | None = None
+    ) -> float:
+        """The judge's score of ``text`` (NaN for garbage)."""
+        key = (normalise(text), partial)
+        known = self._scores.get(key)
+        if known is not None:
+            self.reused += 1
+            self.client.ledger.record_usage(
+                "judge", Usage(0, 0, "reused"), 0.0, "reused", task=task
+            )
+            return await asyncio.shield(known)
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._scores[key] = future
+        self.calls += 1
+        try:
+            value = await self.judge.score(
+                self.client,
+                self.problem,
+                text,
+                partial=partial,
+                open_ended=self.open_ended,
+                seed=seed,
+                task=task,
+            )
+        except BaseException as exc:
+            del self._scores[key]
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
+            raise
+        if value is None:
+            self.garbage += 1
+        result = math.nan if value is None else float(value)
+        future.set_result(result)
+        return result
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "judge_calls": self.calls,
+            "judge_reused": self.reused,
+            "judge_garbage": self.garbage,
+        }

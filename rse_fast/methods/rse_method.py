@@ -68,6 +68,8 @@ class RSEMethod(Method):
         RSEConfig(**self.overrides)  # unknown or invalid fields fail here, not mid-run
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+        if problem.open_ended:
+            raise ValueError("RSE answers by a vote over final answers: use it on verifiable tasks")
         c = client.with_ledger(Ledger())
         spend = Spend(c.ledger, budget)
         cfg = RSEConfig(

@@ -1,32 +1,40 @@
 """Parallel-sampling families: self-consistency (majority vote), best-of-N with a verifier, and
-fusion (one synthesis call over the pool). SC and BoN can be subsampled: generate once at the
-largest budget, then take the prefix of the pool that fits each smaller budget."""
+fusion (one synthesis call over a random subset of the pool). SC and BoN can be subsampled:
+generate once at the largest budget, then take the prefix of the pool that fits each smaller
+budget. Every family fans its first wave out at once (no solo probe call)."""
 
 from __future__ import annotations
 
-from typing import Any
+import random
+from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, majority_vote, off_loop
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import (
     Candidate,
+    EarlyStop,
     Method,
     MethodResult,
     Problem,
     Spend,
     best_index,
     in_waves,
+    prompt_cost,
 )
-from rse_fast.methods.judge import LLMJudge
-from rse_fast.prompts import fusion_messages, solve_messages
+from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
+from rse_fast.prompts import fusion_messages
+
+#: Judge prompt tokens beyond the problem and the response (template, instructions) and its
+#: reply: what a first wave of best-of-N assumes a judge call adds before one is measured.
+JUDGE_OVERHEAD_TOKENS = 100
 
 
 async def sample(
     method: Method, client: LLMClient, problem: Problem, i: int, role: str = "explore"
 ) -> Candidate:
     res = await client.chat(
-        solve_messages(problem.prompt),
+        problem.messages(),
         role=role,
         task=f"c{i}",
         seed=method.seed + i,
@@ -39,6 +47,11 @@ async def sample(
         completion_tokens=res.usage.completion_tokens,
         origin="sample",
     )
+
+
+def sample_cost(method: Method, client: LLMClient, problem: Problem) -> float:
+    """Expected tokens of one sample: the prompt as counted plus the expected completion."""
+    return prompt_cost(client, problem.messages()) + method.expected_completion()
 
 
 def prefix_within(pool: list[Candidate], budget: int) -> list[Candidate]:
@@ -76,21 +89,50 @@ def vote_final(pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]
     return final, {"votes": vote.count, "voters": vote.total}
 
 
+def vote_settled(pool: list[Candidate], still_possible: int) -> bool:
+    """True when no outcome of the ``still_possible`` votes left can change the winner."""
+    clusters = sorted(
+        (n for _, n in majority_vote([c.answer for c in pool]).clusters), reverse=True
+    )
+    if not clusters:
+        return False
+    runner_up = clusters[1] if len(clusters) > 1 else 0
+    return clusters[0] - runner_up > still_possible
+
+
 class SelfConsistency(Method):
+    """Majority vote over independent samples. ``early_stop``: cancel the calls in flight and
+    stop once the votes left cannot change the winner (the saving is reported in meta)."""
+
     name = "sc"
     subsamples = True
 
+    def __init__(self, *, early_stop: bool = False, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.early_stop = early_stop
+
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+        if problem.open_ended:
+            raise ValueError("self-consistency votes on final answers: use it on verifiable tasks")
         c = client.with_ledger(Ledger())
-        spend = Spend(c.ledger, budget)
-        first = await sample(self, c, problem, 0)
-        pool = [
-            first,
-            *await in_waves(
-                lambda i: sample(self, c, problem, i + 1), spend, first.cost, self.parallel
-            ),
-        ]
+        early = EarlyStop(vote_settled) if self.early_stop else None
+        estimate = sample_cost(self, c, problem)
+        pool = await in_waves(
+            lambda i: sample(self, c, problem, i),
+            Spend(c.ledger, budget),
+            self.planned_cost(estimate),
+            self.parallel,
+            minimum=1,
+            early=early,
+        )
+        self.learn(pool, estimate, c.ledger.total_tokens)
         final, meta = await off_loop(vote_final, pool)
+        if early is not None:
+            meta["early_stop"] = {
+                "stopped": early.stopped,
+                "cancelled": early.cancelled,
+                "saved_tokens_estimate": early.saved_tokens,
+            }
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)
 
     def subsample(self, full: MethodResult, budget: int) -> MethodResult:
@@ -99,93 +141,125 @@ class SelfConsistency(Method):
         return MethodResult(self.name, budget, final, pool, sub_ledger(full.ledger, pool), meta)
 
 
+Selection = Literal["best", "weighted"]
+
+
 class BestOfN(Method):
-    """Best-of-N: every sample is scored by the verifier (LLM judge or reward model)."""
+    """Best-of-N: each distinct sample is scored once by the verifier (LLM judge or reward
+    model). ``selection="best"`` returns the top-scored sample; ``"weighted"`` (verifiable
+    tasks) votes with the scores as weights and returns the top-scored sample of the winning
+    answer."""
 
     name = "bon"
     subsamples = True
 
-    def __init__(self, *, judge: Any = None, **kw: Any) -> None:
+    def __init__(self, *, judge: Verifier | None = None, selection: Selection = "best", **kw: Any):
         super().__init__(**kw)
-        self.judge = judge or LLMJudge()
+        if selection not in ("best", "weighted"):
+            raise ValueError(f"selection must be 'best' or 'weighted', got {selection!r}")
+        self.judge: Verifier = judge or LLMJudge()
+        self.selection = selection
 
-    async def _scored(self, c: LLMClient, problem: Problem, i: int) -> Candidate:
+    async def _scored(
+        self, c: LLMClient, scorer: DistinctScorer, problem: Problem, i: int
+    ) -> Candidate:
         cand = await sample(self, c, problem, i)
         before = _task_tokens(c.ledger, f"c{i}")
-        score = await self.judge.score(
-            c, problem.prompt, cand.text, seed=self.seed + i, task=f"c{i}"
-        )
-        cand.scores["judge"] = score if score is not None else float("nan")
+        cand.scores["judge"] = await scorer.score(cand.text, seed=self.seed + i, task=f"c{i}")
         cand.cost += _task_tokens(c.ledger, f"c{i}") - before
         return cand
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+        if problem.open_ended and self.selection == "weighted":
+            raise ValueError("score-weighted voting needs final answers: use selection='best'")
         c = client.with_ledger(Ledger())
-        spend = Spend(c.ledger, budget)
-        first = await self._scored(c, problem, 0)
-        pool = [
-            first,
-            *await in_waves(
-                lambda i: self._scored(c, problem, i + 1), spend, first.cost, self.parallel
-            ),
-        ]
-        return self._select(pool, budget, c.ledger)
+        scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
+        estimate = 2 * sample_cost(self, c, problem) + JUDGE_OVERHEAD_TOKENS
+        pool = await in_waves(
+            lambda i: self._scored(c, scorer, problem, i),
+            Spend(c.ledger, budget),
+            self.planned_cost(estimate),
+            self.parallel,
+            minimum=1,
+        )
+        self.learn(pool, estimate, c.ledger.total_tokens)
+        result = await off_loop(self._select, pool, budget, c.ledger)
+        result.meta.update(judge_calls=scorer.calls, judge_reused=scorer.reused)
+        return result
 
     def _select(self, pool: list[Candidate], budget: int, ledger: Ledger) -> MethodResult:
-        best = best_index([p.scores.get("judge", float("nan")) for p in pool])
-        garbage = sum(1 for p in pool if p.scores.get("judge") != p.scores.get("judge"))
-        return MethodResult(
-            self.name,
-            budget,
-            pool[best] if best is not None else None,
-            pool,
-            ledger,
-            {"judge_garbage": garbage},
-        )
+        scores = [p.scores.get("judge", float("nan")) for p in pool]
+        meta: dict[str, Any] = {"judge_garbage": sum(1 for s in scores if s != s)}
+        if self.selection == "weighted":
+            vote = majority_vote([p.answer for p in pool], weights=scores)
+            members = [
+                k
+                for k, p in enumerate(pool)
+                if vote.answer is not None and answers_equivalent(p.answer, vote.answer)
+            ]
+            pick = best_index([scores[k] for k in members])
+            best = members[pick] if pick is not None else best_index(scores)
+            meta["vote_weight"] = vote.weight
+        else:
+            best = best_index(scores)
+        final = pool[best] if best is not None else None
+        return MethodResult(self.name, budget, final, pool, ledger, meta)
 
     def subsample(self, full: MethodResult, budget: int) -> MethodResult:
         pool = prefix_within(full.pool, budget)
         return self._select(pool, budget, sub_ledger(full.ledger, pool))
 
 
+def clip_middle(text: str, chars: int) -> str:
+    """Head and tail of ``text`` within ``chars`` characters (the ends carry the plan and the
+    conclusion)."""
+    if len(text) <= chars:
+        return text
+    return text[: chars // 2] + "\n[...]\n" + text[-chars // 2 :]
+
+
 class Fusion(Method):
-    """N samples, then one synthesis call over all of them (prompt bounded to the context)."""
+    """Samples, then one synthesis call over a random subset of ``fuse_k`` of them, each
+    clipped to ``max_fusion_chars // fuse_k`` characters so the prompt stays bounded. The
+    synthesis call's expected cost is held back from sampling, re-estimated as samples land."""
 
     name = "fusion"
 
-    def __init__(self, *, max_fusion_chars: int = 12000, **kw: Any) -> None:
+    def __init__(self, *, fuse_k: int = 5, max_fusion_chars: int = 12000, **kw: Any) -> None:
         super().__init__(**kw)
-        self.max_fusion_chars = max_fusion_chars
+        if fuse_k < 2:
+            raise ValueError(f"fuse_k must be at least 2, got {fuse_k}")
+        self.fuse_k, self.max_fusion_chars = fuse_k, max_fusion_chars
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
         c = client.with_ledger(Ledger())
-        first = await sample(self, c, problem, 0)
-        completion = max(1, first.completion_tokens)
-        prompt = max(1, first.cost - completion)
-        # samples cost N·(P + C); the fusion call ≈ P + N·C (candidates in its prompt) + C.
-        per_sample = prompt + 2 * completion
-        n_total = max(
-            2,
-            min(
-                self.max_fusion_chars // 200, int((budget - prompt - completion) / per_sample + 0.5)
-            ),
-        )
-        reserve = Spend(c.ledger, budget - (prompt + n_total * completion + completion))
-        rest = await in_waves(
-            lambda i: sample(self, c, problem, i + 1),
-            reserve,
-            first.cost,
+        prompt = prompt_cost(c, problem.messages())
+        per_chars = max(200, self.max_fusion_chars // self.fuse_k)
+
+        def fusion_cost() -> float:
+            done = [r.completion_tokens for r in c.ledger.records if r.role == "explore" and r.ok]
+            completion = sum(done) / len(done) if done else self.expected_completion()
+            shown = min(completion, per_chars / 3)  # ~3+ characters per token
+            return prompt + self.fuse_k * shown + completion
+
+        estimate = sample_cost(self, c, problem)
+        spend = Spend(c.ledger, budget, reserve=fusion_cost)
+        pool = await in_waves(
+            lambda i: sample(self, c, problem, i),
+            spend,
+            self.planned_cost(estimate),
             self.parallel,
-            limit=n_total - 1,
+            minimum=2,
         )
-        pool = [first, *rest]
-        per = max(200, self.max_fusion_chars // len(pool))
-        texts = [
-            t if len(t) <= per else t[: per // 2] + "\n[...]\n" + t[-per // 2 :]
-            for t in (p.text for p in pool)
-        ]
+        self.learn(pool, estimate, spend.spent)
+        rng = random.Random(f"{self.seed}:{problem.id}")
+        chosen = rng.sample(pool, min(self.fuse_k, len(pool)))
         res = await c.chat(
-            fusion_messages(problem.prompt, texts),
+            fusion_messages(
+                problem.transcript,
+                [clip_middle(p.text, per_chars) for p in chosen],
+                problem.open_ended,
+            ),
             role="fuse",
             task="fuse",
             seed=self.seed,
@@ -193,4 +267,6 @@ class Fusion(Method):
             max_tokens=self.max_tokens,
         )
         final = Candidate.of(res.text, cost=res.usage.total_tokens, origin="fuse")
-        return MethodResult(self.name, budget, final, pool, c.ledger, {"fused": len(pool)})
+        return MethodResult(
+            self.name, budget, final, pool, c.ledger, {"fused": len(chosen), "sampled": len(pool)}
+        )

@@ -1,8 +1,11 @@
 """Step-wise search scored by the judge: beam search and particle filtering.
 
 A step is one short paragraph asked for with ``next_step_messages`` (no assistant prefill, so any
-server works); a path is finished when a step contains ``\\boxed{}``. Each level's cost is
-measured, and search stops when another level would not fit the budget.
+server works); a path is finished when a step carries the final answer in ``\\boxed{}`` (an
+open-ended response: the END_MARK line). Each level's cost is measured, and search stops when
+another level would not fit the budget less what finishing needs: paths still open when the
+search stops are carried to their end by one ``finish_messages`` call each, so the pool never
+holds unfinished work. Each distinct path is judged once per run.
 """
 
 from __future__ import annotations
@@ -16,9 +19,17 @@ from typing import Any
 from rse_fast.answers import extract_boxed
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
-from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, best_index
-from rse_fast.methods.judge import LLMJudge
-from rse_fast.prompts import next_step_messages
+from rse_fast.methods.base import (
+    Candidate,
+    Method,
+    MethodResult,
+    Problem,
+    Spend,
+    best_index,
+    prompt_cost,
+)
+from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
+from rse_fast.prompts import END_MARK, finish_messages, next_step_messages
 
 
 @dataclass
@@ -26,21 +37,26 @@ class Path:
     steps: list[str] = field(default_factory=list)
     score: float = float("-inf")
     cost: int = 0
-
-    @property
-    def finished(self) -> bool:
-        return bool(self.steps) and extract_boxed(self.steps[-1]) is not None
+    finished: bool = False
 
     @property
     def text(self) -> str:
         return "\n\n".join(self.steps)
 
 
+def is_final(step: str, open_ended: bool) -> bool:
+    return END_MARK in step if open_ended else extract_boxed(step) is not None
+
+
+def strip_mark(step: str) -> str:
+    return step.replace(END_MARK, "").rstrip()
+
+
 class _Stepwise(Method):
     def __init__(
         self,
         *,
-        judge: Any = None,
+        judge: Verifier | None = None,
         width: int = 2,
         expand: int = 2,
         max_depth: int = 8,
@@ -48,7 +64,7 @@ class _Stepwise(Method):
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
-        self.judge = judge or LLMJudge()
+        self.judge: Verifier = judge or LLMJudge()
         self.width, self.expand, self.max_depth, self.step_tokens = (
             width,
             expand,
@@ -56,22 +72,50 @@ class _Stepwise(Method):
             step_tokens,
         )
 
-    async def _extend(self, c: LLMClient, problem: Problem, path: Path, seed: int) -> Path:
+    async def _judged(self, c: LLMClient, scorer: DistinctScorer, path: Path, seed: int) -> Path:
+        before = c.ledger.total_tokens
+        score = await scorer.score(path.text, partial=not path.finished, seed=seed)
+        path.score = score if score == score else float("-inf")
+        path.cost += c.ledger.total_tokens - before
+        return path
+
+    async def _extend(
+        self, c: LLMClient, scorer: DistinctScorer, problem: Problem, path: Path, seed: int
+    ) -> Path:
         res = await c.chat(
-            next_step_messages(problem.prompt, path.steps),
+            next_step_messages(problem.transcript, path.steps, problem.open_ended),
             role="explore",
             seed=seed,
             temperature=self.temperature,
             max_tokens=self.step_tokens,
         )
-        new = Path([*path.steps, res.text.strip()], cost=path.cost + res.usage.total_tokens)
-        before = c.ledger.total_tokens
-        score = await self.judge.score(
-            c, problem.prompt, new.text, partial=not new.finished, seed=seed
+        step = res.text.strip()
+        done = is_final(step, problem.open_ended)
+        new = Path(
+            [*path.steps, strip_mark(step) if problem.open_ended else step],
+            cost=path.cost + res.usage.total_tokens,
+            finished=done,
         )
-        new.score = score if score is not None else float("-inf")
-        new.cost += c.ledger.total_tokens - before
-        return new
+        return await self._judged(c, scorer, new, seed)
+
+    async def _finish(
+        self, c: LLMClient, scorer: DistinctScorer, problem: Problem, path: Path, seed: int
+    ) -> Path:
+        """One call that writes the rest of an open path to its end."""
+        res = await c.chat(
+            finish_messages(problem.transcript, path.steps, problem.open_ended),
+            role="explore",
+            seed=seed,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
+        rest = res.text.strip()
+        done = Path(
+            [*path.steps, strip_mark(rest) if problem.open_ended else rest],
+            cost=path.cost + res.usage.total_tokens,
+            finished=True,
+        )
+        return await self._judged(c, scorer, done, seed)
 
     def _paths(self) -> int:
         """How many paths one full-size search carries."""
@@ -92,28 +136,43 @@ class _Stepwise(Method):
         return max(1, min(cap, spend.units_left(per_path_level * levels)))
 
     async def _search(
-        self, c: LLMClient, problem: Problem, spend: Spend, tree: int, n: int
+        self,
+        c: LLMClient,
+        scorer: DistinctScorer,
+        problem: Problem,
+        spend: Spend,
+        tree: int,
+        n: int,
     ) -> tuple[list[Path], list[Path], int]:
         raise NotImplementedError
 
     def _forget_costs(self) -> None:
         self._per_ext: float | None = None  # measured cost of one extension (step + judge)
 
+    def _finish_reserve(self) -> float:
+        """What finishing one open path is expected to cost: about one extension (the path so
+        far is read once more and its continuation is written in one call)."""
+        return self._per_ext or 0.0
+
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
         """Independent searches one after another while the budget lasts: when every path of a
-        search finishes early, the rest of the budget widens the pool with a new search."""
+        search finishes early, the rest of the budget widens the pool with a new search. Until
+        a path has finished, the expected cost of finishing one is held back."""
         c = client.with_ledger(Ledger())
-        spend = Spend(c.ledger, budget)
-        self._forget_costs()
+        scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
+        prompt = prompt_cost(c, problem.messages())
         finished: list[Path] = []
+        # finishing is held back only until some path has finished on its own
+        spend = Spend(c.ledger, budget, reserve=lambda: 0.0 if finished else self._finish_reserve())
+        self._forget_costs()
         frontier: list[Path] = []
         # Size the first search from a pessimistic guess (every step at its token cap, three
         # levels); later searches use what the previous one really cost per path.
-        guess = 2 * (c.count_tokens(problem.prompt) + 80 + self.step_tokens) * 3
+        guess = 2 * (prompt + 80 + self.step_tokens) * 3
         depth, tree, n = 0, 0, max(1, min(self._paths(), spend.units_left(guess)))
         while n > 0:
             before = spend.spent
-            done, frontier, d = await self._search(c, problem, spend, tree, n)
+            done, frontier, d = await self._search(c, scorer, problem, spend, tree, n)
             finished += done
             depth = max(depth, d)
             tree += 1
@@ -123,14 +182,48 @@ class _Stepwise(Method):
             n = min(self._paths(), spend.units_left(per_path))
             if n == 0 and self._per_ext and spend.units_left(self._per_ext) >= 1:
                 n = 1  # a last, partial search: its extensions are trimmed to the budget
-        result = self._result(budget, finished, frontier, c.ledger, depth)
-        result.meta["searches"] = tree
+        completed = await self._complete(c, scorer, problem, budget, finished, frontier, tree)
+        result = self._result(budget, finished + completed, c.ledger, depth, scorer)
+        result.meta.update(searches=tree, completed_open_paths=len(completed))
         return result
 
+    async def _complete(
+        self,
+        c: LLMClient,
+        scorer: DistinctScorer,
+        problem: Problem,
+        budget: int,
+        finished: list[Path],
+        frontier: list[Path],
+        tree: int,
+    ) -> list[Path]:
+        """Finish the best open paths the rest of the budget pays for (at least one when no
+        path finished, so there is always a complete output)."""
+        if not frontier:
+            return []
+        ranked = sorted(frontier, key=lambda p: -p.score)
+        per = max(1.0, self._finish_reserve())
+        count = min(len(ranked), Spend(c.ledger, budget).units_left(per))
+        if not finished:
+            count = max(1, count)
+        seeds = [self.seed + 100_000 * tree + 500_000 + k for k in range(count)]
+        return list(
+            await asyncio.gather(
+                *(
+                    self._finish(c, scorer, problem, p, s)
+                    for p, s in zip(ranked, seeds, strict=False)
+                )
+            )
+        )
+
     def _result(
-        self, budget: int, finished: list[Path], frontier: list[Path], ledger: Ledger, depth: int
+        self,
+        budget: int,
+        paths: list[Path],
+        ledger: Ledger,
+        depth: int,
+        scorer: DistinctScorer,
     ) -> MethodResult:
-        paths = finished or frontier
         pool = [
             Candidate.of(p.text, scores={"judge": p.score}, cost=p.cost, origin=self.name)
             for p in paths
@@ -142,11 +235,7 @@ class _Stepwise(Method):
             pool[best] if best is not None else None,
             pool,
             ledger,
-            {
-                "depth": depth,
-                "finished": len(finished),
-                "judge_garbage": getattr(self.judge, "garbage", 0),
-            },
+            {"depth": depth, "finished": len(paths), **scorer.counts()},
         )
 
 
@@ -159,7 +248,13 @@ class BeamSearch(_Stepwise):
         return self.width
 
     async def _search(
-        self, c: LLMClient, problem: Problem, spend: Spend, tree: int, n: int
+        self,
+        c: LLMClient,
+        scorer: DistinctScorer,
+        problem: Problem,
+        spend: Spend,
+        tree: int,
+        n: int,
     ) -> tuple[list[Path], list[Path], int]:
         beams, finished = [Path()], []
         depth = 0
@@ -172,7 +267,11 @@ class BeamSearch(_Stepwise):
             children = await asyncio.gather(
                 *(
                     self._extend(
-                        c, problem, beams[b], self.seed + 100_000 * tree + 1000 * depth + 10 * b + e
+                        c,
+                        scorer,
+                        problem,
+                        beams[b],
+                        self.seed + 100_000 * tree + 1000 * depth + 10 * b + e,
                     )
                     for b, e in pairs
                 )
@@ -186,32 +285,79 @@ class BeamSearch(_Stepwise):
         return finished, beams, depth
 
 
+def systematic_resample(weights: list[float], n: int, rng: random.Random) -> list[int]:
+    """Indices drawn by systematic resampling: one uniform offset, n evenly spaced pointers
+    through the cumulative weights (lower variance than n independent draws)."""
+    total = sum(weights)
+    if total <= 0:
+        weights, total = [1.0] * len(weights), float(len(weights))
+    step = total / n
+    u = rng.random() * step
+    out, cumulative, i = [], weights[0], 0
+    for k in range(n):
+        pointer = u + k * step
+        while pointer > cumulative and i < len(weights) - 1:
+            i += 1
+            cumulative += weights[i]
+        out.append(i)
+    return out
+
+
+def _copy(path: Path) -> Path:
+    return Path(list(path.steps), path.score, path.cost)
+
+
+def effective_sample_size(weights: list[float]) -> float:
+    """1 / Σ w̃² of the normalised weights: n when uniform, 1 when one particle has it all."""
+    total = sum(weights)
+    if total <= 0:
+        return 0.0
+    return 1.0 / sum((w / total) ** 2 for w in weights)
+
+
 class ParticleFilter(_Stepwise):
-    """``width`` particles extended one step at a time, resampled by softmax of judge scores."""
+    """``width × expand`` particles extended one step at a time and weighted by a softmax of
+    their judge scores; resampled systematically when the effective sample size falls below
+    ``ess_threshold`` × particles (1.0: every step). Finished particles leave the filter and
+    are kept in the pool."""
 
     name = "particle"
 
-    def __init__(self, *, resample_temperature: float = 1.0, **kw: Any) -> None:
+    def __init__(
+        self, *, resample_temperature: float = 1.0, ess_threshold: float = 0.5, **kw: Any
+    ) -> None:
         super().__init__(**kw)
-        self.resample_temperature = resample_temperature
+        if not 0.0 <= ess_threshold <= 1.0:
+            raise ValueError(f"ess_threshold must be in [0, 1], got {ess_threshold}")
+        self.resample_temperature, self.ess_threshold = resample_temperature, ess_threshold
 
     def _paths(self) -> int:
         return max(2, self.width * self.expand)
 
     async def _search(
-        self, c: LLMClient, problem: Problem, spend: Spend, tree: int, n: int
+        self,
+        c: LLMClient,
+        scorer: DistinctScorer,
+        problem: Problem,
+        spend: Spend,
+        tree: int,
+        n: int,
     ) -> tuple[list[Path], list[Path], int]:
         rng = random.Random(self.seed + tree)
         particles, finished = [Path() for _ in range(n)], []
         depth = 0
+        self.resamples = getattr(self, "resamples", 0)
         while particles and depth < self.max_depth:
-            particles = particles[: self._affordable(spend, len(particles), depth)]
-            if not particles:
-                break
+            affordable = particles[: self._affordable(spend, len(particles), depth)]
+            if not affordable:
+                break  # the open particles go back to be finished
+            particles = affordable
             before = spend.spent
             moved = await asyncio.gather(
                 *(
-                    self._extend(c, problem, p, self.seed + 100_000 * tree + 1000 * depth + k)
+                    self._extend(
+                        c, scorer, problem, p, self.seed + 100_000 * tree + 1000 * depth + k
+                    )
                     for k, p in enumerate(particles)
                 )
             )
@@ -220,18 +366,34 @@ class ParticleFilter(_Stepwise):
             finished += [p for p in moved if p.finished]
             alive = [p for p in moved if not p.finished]
             size = self._fit(spend, per_particle, depth, cap=2 * self._paths())
-            particles = self._resample(alive, size, rng) if alive else []
+            particles = self._next_generation(alive, size, rng) if alive else []
         return finished, particles, depth
 
-    def _resample(self, alive: list[Path], n: int, rng: random.Random) -> list[Path]:
+    def weights(self, alive: list[Path]) -> list[float]:
         finite = [p.score for p in alive if p.score > float("-inf")]
         base = max(finite) if finite else 0.0
-        weights = [
+        return [
             math.exp((p.score - base) / self.resample_temperature)
             if p.score > float("-inf")
             else 0.0
             for p in alive
         ]
-        if sum(weights) == 0:
-            weights = [1.0] * len(alive)
-        return rng.choices(alive, weights=weights, k=n)
+
+    def _next_generation(self, alive: list[Path], n: int, rng: random.Random) -> list[Path]:
+        """Resample ``n`` particles systematically when the effective sample size is below
+        the threshold; otherwise keep them, trimmed to the ``n`` heaviest or topped up by
+        systematic draws when the budget changes how many fit."""
+        w = self.weights(alive)
+        if effective_sample_size(w) < self.ess_threshold * len(alive):
+            self.resamples += 1
+            return [_copy(alive[i]) for i in systematic_resample(w, n, rng)]
+        if n <= len(alive):
+            heaviest = sorted(range(len(alive)), key=lambda i: -w[i])[:n]
+            return [alive[i] for i in sorted(heaviest)]
+        return alive + [_copy(alive[i]) for i in systematic_resample(w, n - len(alive), rng)]
+
+    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+        self.resamples = 0
+        result = await super().run(problem, budget, client)
+        result.meta["resamples"] = self.resamples
+        return result

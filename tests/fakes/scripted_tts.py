@@ -29,7 +29,7 @@ def reply(body: dict, index: int) -> str:
         )
     if "Write only the next step" in user:
         steps = user.split("Solution so far:\n", 1)[1].split("\n\nWrite only", 1)[0]
-        done = 0 if steps.startswith("(no steps") else steps.count("\n\n") + 1
+        done = 0 if steps.startswith("(nothing yet") else steps.count("\n\n") + 1
         if done >= 2:
             return "So the answer is \\boxed{%s}." % ("42" if seed % 2 == 0 else "41")
         return f"Step {done + 1}: {FILLER}"

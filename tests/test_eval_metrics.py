@@ -1,0 +1,159 @@
+"""The study's metrics on synthetic pools whose true values are known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rse_fast.eval.metrics import (
+    bootstrap_mean_ci,
+    capture,
+    linear_fit,
+    mean,
+    mean_pairwise_cosine_distance,
+    oracle,
+    oracle_bias_corrected,
+    paired_difference,
+    spearman,
+)
+from rse_fast.eval.report import aggregate, capture_vs_rho, paired_rows
+
+NAN = float("nan")
+
+
+def test_oracle_is_nan_safe_whatever_the_order():
+    for pool in ([NAN, 0.2, 0.9], [0.9, NAN, 0.2], [0.2, 0.9, NAN]):
+        assert oracle(pool) == 0.9
+    assert math.isnan(oracle([NAN, NAN])) and oracle([]) == 0.0
+    assert mean([NAN, None, 1.0, 0.0]) == 0.5
+
+
+def test_capture_and_headroom_by_hand():
+    # μ = 0.4, Q* = 0.9, Q = 0.6: h = 0.2 / 0.5
+    assert capture(final=0.6, single=0.4, oracle_q=0.9) == pytest.approx(0.4)
+    assert capture(final=0.6, single=0.9, oracle_q=0.9) is None  # no headroom
+    assert capture(final=0.3, single=0.4, oracle_q=0.9) == pytest.approx(-0.2)
+
+
+def test_bias_corrected_oracle_recovers_the_true_best_of_iid_pools():
+    rng = np.random.default_rng(3)
+    n, pools, tau, sigma = 16, 400, 0.10, 0.15
+    true_best, observed, corrected = [], [], []
+    for _ in range(pools):
+        q = rng.normal(0.5, tau, n)
+        first, second = q + rng.normal(0, sigma, n), q + rng.normal(0, sigma, n)
+        fit = oracle_bias_corrected(list(first), list(second))
+        assert fit is not None
+        true_best.append(q.max())
+        observed.append(fit.observed_max)
+        corrected.append(fit.corrected)
+    truth = float(np.mean(true_best))
+    # the max of noisy readings overstates the best candidate (winner's curse) ...
+    assert np.mean(observed) - truth > 0.05
+    # ... the closed form removes nearly all of it
+    assert abs(np.mean(corrected) - truth) < 0.02
+
+
+def test_bias_correction_leaves_noiseless_pools_alone():
+    fit = oracle_bias_corrected([0.2, 0.9, 0.6], [0.2, 0.9, 0.6])
+    assert fit is not None and fit.corrected == pytest.approx(0.9) and fit.noise_var == 0
+    assert oracle_bias_corrected([0.5], [0.5]) is None
+
+
+def test_spearman_and_diversity_as_distance():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(0.866, abs=1e-3)
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+    e = np.eye(3, dtype=np.float32)
+    assert mean_pairwise_cosine_distance(e) == pytest.approx(1.0)  # orthogonal: far apart
+    same = np.ones((3, 2)) / np.sqrt(2)
+    assert mean_pairwise_cosine_distance(same) == pytest.approx(0.0)  # collapsed pool
+    assert mean_pairwise_cosine_distance(e[:1]) is None
+
+
+def test_intervals_and_paired_differences_cover_known_effects():
+    rng = np.random.default_rng(0)
+    x = rng.normal(0.3, 0.1, 200)
+    lo, hi = bootstrap_mean_ci(list(x))
+    assert lo < 0.3 < hi and hi - lo < 0.05
+    base = rng.uniform(0, 1, 100)  # per-problem difficulty, shared by both methods
+    a, b = base + 0.1 + rng.normal(0, 0.01, 100), base
+    diff, (dlo, dhi) = paired_difference(list(a), list(b))
+    assert diff == pytest.approx(0.1, abs=0.01) and dlo > 0.09 and dhi < 0.11
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_difference([1.0], [1.0, 2.0])
+
+
+def test_linear_fit_recovers_a_known_line():
+    xs = [0.0, 0.1, 0.2, 0.4, 0.8]
+    fit = linear_fit(xs, [0.05 + 1.2 * x for x in xs])
+    assert fit is not None
+    assert fit.slope == pytest.approx(1.2) and fit.intercept == pytest.approx(0.05)
+    assert fit.r2 == pytest.approx(1.0) and fit.points == 5
+    assert linear_fit([0.1, None, 0.3], [1.0, 2.0, None]) is None  # too few pairs
+
+
+def _rec(problem, method, budget, final, pool, judge=None, rho=None):
+    return {
+        "problem": problem,
+        "method": method,
+        "budget": budget,
+        "tokens": budget,
+        "budget_error": 0.0,
+        "exploration_tokens": budget,
+        "exploitation_tokens": 0,
+        "final_quality": final,
+        "pool_quality": pool,
+        "pool_quality_first": pool,
+        "pool_quality_second": pool,
+        "pool_origin": ["sample"] * len(pool),
+        "judge_scores": judge or [],
+        "judge_garbage": sum(1 for j in judge or [] if j != j),
+        "rho_v": rho,
+        "verifier": "v" if judge else None,
+        "grader": "exact:test",
+        "diversity": 0.3,
+        "meta": {},
+    }
+
+
+def _single(problem, qualities):
+    return {"problem": problem, "method": "single", "budget": 0, "qualities": qualities}
+
+
+def test_report_rows_use_independent_single_samples_and_count_garbage():
+    recs = [
+        _single("a", [1.0, 0.0, 0.0, 0.0]),  # μ_a = 0.25
+        _single("b", [0.0, 0.0, 0.0, 1.0]),  # μ_b = 0.25
+        # the pools are full of right answers: μ must not be read from them
+        _rec("a", "bon", 100, 1.0, [1.0, 1.0, 1.0], judge=[9.0, NAN, 8.0], rho=0.5),
+        _rec("b", "bon", 100, 0.0, [0.0, 1.0, 1.0], judge=[NAN, NAN, 2.0], rho=None),
+    ]
+    row = aggregate(recs)[0]
+    assert row["single"] == pytest.approx(0.25) and row["oracle"] == 1.0
+    assert row["final"] == pytest.approx(0.5)
+    assert row["headroom"] == pytest.approx(0.75)
+    assert row["net_exploitation"] == pytest.approx(-0.5)
+    assert row["capture"] == pytest.approx((0.5 - 0.25) / 0.75)
+    assert row["judge_garbage"] == 3  # per method, from its own records
+    assert row["rho_v"] == 0.5 and row["rho_v_pools"] == 1  # defined on one pool of two
+    assert row["rho_v_kind"] == "verifier-vs-exact"
+    assert row["final_ci95"] == [0.0, 1.0]
+
+
+def test_paired_rows_and_the_capture_regression():
+    recs = [_single(p, [0.0]) for p in "abcd"]
+    for p, (x, y) in zip("abcd", [(1, 0), (1, 1), (1, 0), (0, 0)], strict=True):
+        recs += [_rec(p, "sc", 100, float(x), [1.0]), _rec(p, "bon", 100, float(y), [1.0])]
+    pairs = {(r["a"], r["b"]): r for r in paired_rows(recs)}
+    assert pairs[("bon", "sc")]["diff"] == pytest.approx(-0.5)
+    assert pairs[("sc", "single")]["diff"] == pytest.approx(0.75)
+    assert pairs[("bon", "sc")]["problems"] == 4
+    rows = [{"rho_v": r, "capture": 0.1 + 1.2 * r} for r in (0.0, 0.2, 0.5, 0.7)] + [
+        {"rho_v": None, "capture": 0.3}
+    ]
+    fit = capture_vs_rho(rows)
+    assert fit is not None and fit["slope"] == pytest.approx(1.2) and fit["points"] == 4
