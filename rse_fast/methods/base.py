@@ -34,6 +34,7 @@ class Candidate:
     cost: int = 0  # tokens spent producing (and scoring) this candidate
     completion_tokens: int = 0  # of which the generated text itself
     origin: str = "sample"  # sample | refine | fuse | beam | particle | rse-round-N
+    tool_calls: tuple[dict[str, Any], ...] = ()  # agentic requests: the calls it asked for
 
     @classmethod
     def of(cls, text: str, **kw: Any) -> Candidate:
@@ -75,6 +76,8 @@ class Problem:
 
     ``history`` holds the earlier turns of a conversation, roles kept; ``open_ended`` marks a
     task answered by a complete free-form response (no ``\\boxed{}`` answer, no vote).
+    An agentic request comes as its own ``conversation`` (sent as written, the caller's system
+    prompt and tool results included) with the ``tools`` it may call.
     """
 
     id: str
@@ -83,6 +86,9 @@ class Problem:
     meta: dict[str, Any] = field(default_factory=dict)
     history: tuple[Message, ...] = ()
     open_ended: bool = False
+    conversation: tuple[Message, ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | dict[str, Any] | None = None
 
     @property
     def transcript(self) -> str:
@@ -95,6 +101,8 @@ class Problem:
 
     def messages(self, experience_block: str = "") -> list[Message]:
         """The chat messages that ask for one response to this task."""
+        if self.conversation:
+            return list(self.conversation)
         return solve_messages(
             self.prompt, experience_block, open_ended=self.open_ended, history=self.history
         )

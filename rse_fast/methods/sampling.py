@@ -5,7 +5,10 @@ budget. Every family fans its first wave out at once (no solo probe call)."""
 
 from __future__ import annotations
 
+import json
 import random
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, majority_vote, off_loop
@@ -40,12 +43,15 @@ async def sample(
         seed=method.seed + i,
         temperature=method.temperature,
         max_tokens=method.max_tokens,
+        tools=list(problem.tools) or None,
+        tool_choice=problem.tool_choice if problem.tools else None,
     )
     return Candidate.of(
         res.text,
         cost=res.usage.total_tokens,
         completion_tokens=res.usage.completion_tokens,
         origin="sample",
+        tool_calls=res.choices[0].tool_calls if res.choices else (),
     )
 
 
@@ -89,33 +95,86 @@ def vote_final(pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]
     return final, {"votes": vote.count, "voters": vote.total}
 
 
-def vote_settled(pool: list[Candidate], still_possible: int) -> bool:
+ToolVote = Literal["name", "arguments"]
+
+
+def tool_call_key(calls: Sequence[dict[str, Any]], match: ToolVote) -> str:
+    """What two agentic replies must share to count as the same vote: the names of the
+    functions called (as a multiset), or names and arguments (arguments parsed, so key order
+    and spacing do not matter). A reply without tool calls votes for answering in text."""
+    if not calls:
+        return "(no tool call)"
+    parts = []
+    for call in calls:
+        fn = call.get("function") or {}
+        name = str(fn.get("name"))
+        if match == "arguments":
+            raw = fn.get("arguments")
+            try:
+                args = json.dumps(json.loads(raw) if isinstance(raw, str) else raw, sort_keys=True)
+            except ValueError:
+                args = " ".join(str(raw).split())
+            name = f"{name}({args})"
+        parts.append(name)
+    return " | ".join(sorted(parts))
+
+
+def vote_tools(pool: list[Candidate], match: ToolVote) -> tuple[Candidate | None, dict[str, Any]]:
+    keys = [tool_call_key(c.tool_calls, match) for c in pool]
+    counts = Counter(keys)
+    if not counts:
+        return None, {"votes": 0, "voters": 0}
+    winner, votes = max(counts.items(), key=lambda kv: (kv[1], -keys.index(kv[0])))
+    return pool[keys.index(winner)], {"votes": votes, "voters": len(keys), "tool_vote": winner}
+
+
+def settled(counts: Sequence[int], still_possible: int) -> bool:
     """True when no outcome of the ``still_possible`` votes left can change the winner."""
-    clusters = sorted(
-        (n for _, n in majority_vote([c.answer for c in pool]).clusters), reverse=True
-    )
-    if not clusters:
+    ranked = sorted(counts, reverse=True)
+    if not ranked:
         return False
-    runner_up = clusters[1] if len(clusters) > 1 else 0
-    return clusters[0] - runner_up > still_possible
+    runner_up = ranked[1] if len(ranked) > 1 else 0
+    return ranked[0] - runner_up > still_possible
+
+
+def vote_settled(pool: list[Candidate], still_possible: int) -> bool:
+    return settled([n for _, n in majority_vote([c.answer for c in pool]).clusters], still_possible)
 
 
 class SelfConsistency(Method):
-    """Majority vote over independent samples. ``early_stop``: cancel the calls in flight and
+    """Majority vote over independent samples: over final answers, or for an agentic request
+    (a problem with ``tools``) over the tool calls asked for, matched by ``tool_vote``
+    (function names, or names and arguments). ``early_stop``: cancel the calls in flight and
     stop once the votes left cannot change the winner (the saving is reported in meta)."""
 
     name = "sc"
     subsamples = True
 
-    def __init__(self, *, early_stop: bool = False, **kw: Any) -> None:
+    def __init__(
+        self, *, early_stop: bool = False, tool_vote: ToolVote = "arguments", **kw: Any
+    ) -> None:
         super().__init__(**kw)
-        self.early_stop = early_stop
+        if tool_vote not in ("name", "arguments"):
+            raise ValueError(f"tool_vote must be 'name' or 'arguments', got {tool_vote!r}")
+        self.early_stop, self.tool_vote = early_stop, tool_vote
+
+    def _final(
+        self, problem: Problem, pool: list[Candidate]
+    ) -> tuple[Candidate | None, dict[str, Any]]:
+        return vote_tools(pool, self.tool_vote) if problem.tools else vote_final(pool)
+
+    def _settled(self, problem: Problem) -> Any:
+        if not problem.tools:
+            return vote_settled
+        return lambda pool, left: settled(
+            list(Counter(tool_call_key(c.tool_calls, self.tool_vote) for c in pool).values()), left
+        )
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        if problem.open_ended:
+        if problem.open_ended and not problem.tools:
             raise ValueError("self-consistency votes on final answers: use it on verifiable tasks")
         c = client.with_ledger(Ledger())
-        early = EarlyStop(vote_settled) if self.early_stop else None
+        early = EarlyStop(self._settled(problem)) if self.early_stop else None
         estimate = sample_cost(self, c, problem)
         pool = await in_waves(
             lambda i: sample(self, c, problem, i),
@@ -126,7 +185,7 @@ class SelfConsistency(Method):
             early=early,
         )
         self.learn(pool, estimate, c.ledger.total_tokens)
-        final, meta = await off_loop(vote_final, pool)
+        final, meta = await off_loop(self._final, problem, pool)
         if early is not None:
             meta["early_stop"] = {
                 "stopped": early.stopped,
@@ -137,7 +196,9 @@ class SelfConsistency(Method):
 
     def subsample(self, full: MethodResult, budget: int) -> MethodResult:
         pool = prefix_within(full.pool, budget)
-        final, meta = vote_final(pool)
+        final, meta = (
+            vote_tools(pool, self.tool_vote) if "tool_vote" in full.meta else vote_final(pool)
+        )
         return MethodResult(self.name, budget, final, pool, sub_ledger(full.ledger, pool), meta)
 
 

@@ -437,12 +437,15 @@ class Service:
             resp = web.StreamResponse(headers=SSE_HEADERS)
             await resp.prepare(request)
         self.metrics.add_tokens(outcome.tokens_by_role)
-        text = outcome.completion["choices"][0]["message"]["content"]
-        chunks = [
-            _chunk(spec.model, created, delta={"role": "assistant", "content": ""}),
-            _chunk(spec.model, created, delta={"content": text}),
-            _chunk(spec.model, created, finish="stop"),
-        ]
+        choice = outcome.completion["choices"][0]
+        message = choice["message"]
+        chunks = [_chunk(spec.model, created, delta={"role": "assistant", "content": ""})]
+        if message.get("content"):
+            chunks.append(_chunk(spec.model, created, delta={"content": message["content"]}))
+        if message.get("tool_calls"):
+            calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+            chunks.append(_chunk(spec.model, created, delta={"tool_calls": calls}))
+        chunks.append(_chunk(spec.model, created, finish=choice["finish_reason"]))
         if spec.include_usage:
             chunks.append(_chunk(spec.model, created, usage=outcome.completion["usage"]))
         for data in chunks:

@@ -4,7 +4,9 @@ and run them on the upstreams.
 A method request honours or refuses each OpenAI field, never ignores one: a field a method
 cannot honour (``n`` > 1, ``stop``, ``response_format``, ``tools``, ``logprobs``, …) gets a 400
 naming it and the method; ``stream_options.include_usage`` is honoured (the usage chunk is sent
-only when asked). Every method, ``rse`` included, spends at most its ``budget`` of tokens.
+only when asked). ``sc:`` honours ``tools``: it samples the conversation as sent and votes over
+the tool calls (``tool_vote``: ``arguments`` by default, or ``name``). Every method, ``rse``
+included, spends at most its ``budget`` of tokens.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ Progress = Callable[[dict[str, Any]], None]
 #: Fields a method request may carry (beyond the method's own: rounds, k, tau, budget, ...).
 HONOURED = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
             "temperature", "seed", "user", "metadata"}  # fmt: skip
-METHOD_FIELDS = {"rounds", "k", "tau", "budget", "rse_details"}
+METHOD_FIELDS = {"rounds", "k", "tau", "budget", "rse_details", "tool_vote"}
+#: What self-consistency honours on top: agentic requests, voted over their tool calls.
+TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 #: Fields a method cannot honour, and the value that means "not used" (then accepted).
 REFUSED_UNLESS = {"n": 1, "stop": None, "response_format": None, "tools": None, "tool_choice": None,
                   "logprobs": False, "top_logprobs": None, "logit_bias": None,
@@ -57,6 +61,10 @@ class MethodRequest:
     seed: int = 0
     details: bool = False
     include_usage: bool = False
+    messages: tuple[dict[str, Any], ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | dict[str, Any] | None = None
+    tool_vote: str = "arguments"
 
 
 @dataclass
@@ -82,6 +90,8 @@ def _number(
 
 def _refuse_unhonoured(body: dict[str, Any], method: str) -> None:
     for name, neutral in REFUSED_UNLESS.items():
+        if method == "sc" and name in TOOL_FIELDS:
+            continue
         if name in body and body[name] is not None and body[name] != neutral:
             raise RequestError(
                 f"'{name}' is not supported by method '{method}' (only by plain model names, "
@@ -110,6 +120,16 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         raise RequestError(
             "method requests need user messages with non-empty text content", param="messages"
         )
+    tools = body.get("tools") if prefix == "sc" else None
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+    ):
+        raise RequestError("'tools' must be a list of tool objects", param="tools")
+    tool_vote = body.get("tool_vote", "arguments")
+    if tool_vote not in ("name", "arguments"):
+        raise RequestError(
+            f"'tool_vote' must be 'name' or 'arguments', got {tool_vote!r}", param="tool_vote"
+        )
     default_tokens = min(1024, caps.max_tokens)  # a default never trips the cap
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_tokens))
     return MethodRequest(
@@ -136,6 +156,10 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         seed=_number(body, "seed", int, 0, 0, 2**31 - 1),
         details=bool(body.get("rse_details", False)),
         include_usage=bool((body.get("stream_options") or {}).get("include_usage", False)),
+        messages=tuple(body["messages"]) if tools else (),
+        tools=tuple(tools or ()),
+        tool_choice=body.get("tool_choice") if tools else None,
+        tool_vote=tool_vote,
     )
 
 
@@ -168,9 +192,22 @@ async def run_method(
         )
     elif progress:
         progress({"method": spec.method, "status": "started", "budget": spec.budget})
+    if spec.method == "sc":
+        options["tool_vote"] = spec.tool_vote
     method = make_method(spec.method, **options)
-    res = await method.run(Problem("request", spec.problem), spec.budget, view)
+    problem = Problem(
+        "request",
+        spec.problem,
+        conversation=spec.messages,
+        tools=spec.tools,
+        tool_choice=spec.tool_choice,
+    )
+    res = await method.run(problem, spec.budget, view)
     text = res.final.text if res.final else ""
+    calls = list(res.final.tool_calls) if res.final else []
+    message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = calls
     details: dict[str, Any] = {
         "method": spec.method,
         "answer": res.final.answer if res.final else None,
@@ -189,7 +226,11 @@ async def run_method(
         "created": int(time.time()),
         "model": spec.model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
+            }
         ],
         "usage": usage_of(res.ledger),
     }
