@@ -50,6 +50,15 @@ def test_import_rse_fast_stays_light():
     assert out.stdout.strip() == ""
 
 
+def test_a_voting_method_does_not_load_rse_kernels():
+    code = (
+        "import sys\nfrom rse_fast import make_method\nmake_method('sc'); make_method('bon')\n"
+        "print(','.join(m for m in ('numba', 'onnxruntime') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
 def test_version_comes_from_one_place():
     from importlib.metadata import version
 

@@ -1,19 +1,45 @@
-"""Every TTS family by name, and the factory that builds one."""
+"""Every TTS family by name, and the factory that builds one.
+
+Families are imported on first use: a service that only votes never loads RSE's kernels
+(numba) or the encoder.
+"""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rse_fast.methods.base import Method
-from rse_fast.methods.refine import Refinement
-from rse_fast.methods.rse_method import VARIANTS, RSEMethod
-from rse_fast.methods.sampling import BestOfN, Fusion, SelfConsistency
-from rse_fast.methods.stepwise import BeamSearch, ParticleFilter
 
-METHODS: dict[str, type[Method]] = {
-    m.name: m
-    for m in (SelfConsistency, BestOfN, BeamSearch, ParticleFilter, Refinement, Fusion, RSEMethod)
+#: name -> (module, class) of each family.
+FAMILIES: dict[str, tuple[str, str]] = {
+    "sc": ("rse_fast.methods.sampling", "SelfConsistency"),
+    "bon": ("rse_fast.methods.sampling", "BestOfN"),
+    "beam": ("rse_fast.methods.stepwise", "BeamSearch"),
+    "particle": ("rse_fast.methods.stepwise", "ParticleFilter"),
+    "refine": ("rse_fast.methods.refine", "Refinement"),
+    "fusion": ("rse_fast.methods.sampling", "Fusion"),
+    "rse": ("rse_fast.methods.rse_method", "RSEMethod"),
 }
+
+
+class _Families(Mapping[str, type[Method]]):
+    """The families as a read-only mapping whose classes are imported when looked up."""
+
+    def __getitem__(self, name: str) -> type[Method]:
+        module, attr = FAMILIES[name]
+        cls: type[Method] = getattr(importlib.import_module(module), attr)
+        return cls
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(FAMILIES)
+
+    def __len__(self) -> int:
+        return len(FAMILIES)
+
+
+METHODS: Mapping[str, type[Method]] = _Families()
 
 
 def make_method(name: str, **options: Any) -> Method:
@@ -38,11 +64,13 @@ def make_method(name: str, **options: Any) -> Method:
         result.final.answer, result.tokens
     """
     family, _, variant = name.partition(":")
-    if family not in METHODS or (variant and family != "rse"):
+    if family not in FAMILIES or (variant and family != "rse"):
+        from rse_fast.methods.rse_method import VARIANTS
+
         raise ValueError(
-            f"unknown method {name!r}; choose from {', '.join(METHODS)} "
+            f"unknown method {name!r}; choose from {', '.join(FAMILIES)} "
             f"(or rse:<variant> with a variant of {', '.join(VARIANTS)})"
         )
     if variant:
-        return RSEMethod(variant=variant, **options)
+        return METHODS["rse"](variant=variant, **options)
     return METHODS[family](**options)

@@ -56,8 +56,10 @@ async def sample(
 
 
 def sample_cost(method: Method, client: LLMClient, problem: Problem) -> float:
-    """Expected tokens of one sample: the prompt as counted plus the expected completion."""
-    return prompt_cost(client, problem.messages()) + method.expected_completion()
+    """The estimate a first wave starts from: the prompt as counted plus the completion cap.
+    ``Method.planned_cost`` scales it by how far such estimates were off in earlier runs (one
+    correction on a fixed basis, so it does not compound with another prior)."""
+    return prompt_cost(client, problem.messages()) + method.max_tokens
 
 
 def prefix_within(pool: list[Candidate], budget: int) -> list[Candidate]:

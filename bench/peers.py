@@ -1,0 +1,262 @@
+"""Side by side with its_hub (PyPI ``its-hub``): the same families against the same server.
+
+    python bench/peers.py --quick      # < 60 s, scripted server only -> results/peers_quick.json
+    python bench/peers.py              # the overhead grid and the quality run -> results/peers.json
+
+its_hub lives in its own virtual environment (``bench/requirements-peers.txt``; created here
+when missing, under ``~/.cache/rse_fast/peers-venv`` or ``$RSE_FAST_PEERS_VENV``) and each side
+runs in its own process (``peers_worker.py``), problems one after another, on one server.
+
+*Overhead*: the scripted server with a fixed latency L; self-consistency and best-of-N at N
+samples and C calls in flight. Each side's wall time is divided by the structural critical
+path ⌈N/C⌉·L per problem (best-of-N adds ⌈D/C⌉·L for judging its D distinct candidates), its
+CPU time by the HTTP calls the server counted. its_hub's budget is N generations; ours is the
+token cost of N samples (and, for best-of-N, of their judging) measured once before the grid,
+so our methods size their waves themselves, from no prior at the first problem (its first
+wave is sized from the completion cap: smaller, so that problem takes an extra layer or two;
+``wall_ratio_after_first_problem`` leaves that cold start out, the headline ratio keeps it).
+
+*Quality at equal tokens* (full run): the local model on a seeded reasoning-gym task where
+single samples are right 30-70%; its self-consistency at N samples (its documented boxed-answer
+projection), ours at the tokens its run spent on the same problem; paired bootstrap interval on
+the accuracy difference and the wall-time ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rse_fast.llm.client import LLMClient
+from rse_fast.prompts import JUDGE_SYSTEM, solve_messages
+from rse_fast.testing import ScriptedServer
+
+from common import write_result
+
+HERE = Path(__file__).parent
+WORKER = HERE / "peers_worker.py"
+LATENCY_S = 0.2
+MAX_TOKENS = 64
+
+
+def peers_python() -> str:
+    """The interpreter of the peers' environment, created on first use."""
+    venv = Path(os.environ.get("RSE_FAST_PEERS_VENV", Path.home() / ".cache/rse_fast/peers-venv"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating {venv} for its_hub ...", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-r", str(HERE / "requirements-peers.txt")],
+            check=True,
+        )
+    return str(python)
+
+
+def scripted_reply() -> Any:
+    """Three distinct solutions in turn (so judging each distinct one once matters) and a
+    judge that understands both libraries' judge prompts."""
+    counter = iter(range(10**9))
+
+    def reply(body: dict, index: int) -> str:
+        first = str(body["messages"][0].get("content") or "")
+        last = str(body["messages"][-1].get("content") or "")
+        if first.startswith(JUDGE_SYSTEM[:40]) or last.startswith("Score the following"):
+            return json.dumps({"score": 8 if "{42}" in last else 4, "reasoning": "checked"})
+        k = next(counter) % 3
+        answer = ("42", "41", "42")[k]
+        return f"Variant {k}: six times seven, checked twice, is \\boxed{{{answer}}}."
+
+    return reply
+
+
+def problems(count: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(count):
+        prompt = f"Problem {i}: what is 6 times 7?"
+        out.append({"id": f"p{i}", "prompt": prompt, "messages": solve_messages(prompt)})
+    return out
+
+
+async def unit_costs(url: str) -> tuple[float, float]:
+    """Tokens of one sample and of one judge call as the scripted server counts them."""
+    from rse_fast.methods.judge import LLMJudge
+
+    async with LLMClient(url, "m") as c:
+        p = problems(1)[0]
+        res = await c.chat(p["messages"], max_tokens=MAX_TOKENS, temperature=0.7)
+        before = c.ledger.total_tokens
+        await LLMJudge().score(c, p["prompt"], res.text)
+        return float(res.usage.total_tokens), float(c.ledger.total_tokens - before)
+
+
+async def run_worker(
+    python: str, side: str, url: str, method: str, n: int, conc: int, probs: list
+) -> dict:
+    """One side in its own process; awaited, so the scripted server in this loop serves it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pfile, ofile = Path(tmp) / "p.json", Path(tmp) / "o.json"
+        pfile.write_text(json.dumps(probs))
+        cmd = [python, str(WORKER), "--side", side, "--url", url, "--method", method,
+               "--n", str(n), "--concurrency", str(conc), "--max-tokens", str(MAX_TOKENS),
+               "--problems", str(pfile), "--out", str(ofile)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if side == "ours" else None
+        proc = await asyncio.create_subprocess_exec(*cmd, env=env)
+        if await proc.wait() != 0:
+            raise SystemExit(f"the {side} worker failed ({method}, N={n}, C={conc})")
+        return json.loads(ofile.read_text())
+
+
+async def overhead(grid_n: list[int], grid_c: list[int], count: int) -> list[dict[str, Any]]:
+    python = peers_python()
+    rows = []
+    async with ScriptedServer(default_reply=scripted_reply(), latency=LATENCY_S) as srv:
+        sample, judge = await unit_costs(srv.base_url)
+        for method in ("sc", "bon"):
+            for n in grid_n:
+                for conc in grid_c:
+                    per = sample + (judge * 3 / n if method == "bon" else 0)  # 3 distinct
+                    probs = [{**p, "budget": n * per} for p in problems(count)]
+                    gen_layers = math.ceil(n / conc)
+                    judge_layers = math.ceil(min(3, n) / conc) if method == "bon" else 0
+                    critical = count * (gen_layers + judge_layers) * LATENCY_S
+                    row: dict[str, Any] = {
+                        "method": method, "n": n, "concurrency": conc, "problems": count,
+                        "critical_path_s": critical,
+                    }  # fmt: skip
+                    for side in ("its_hub", "ours"):
+                        calls_before = len(srv.requests)
+                        interpreter = python if side == "its_hub" else sys.executable
+                        out = await run_worker(
+                            interpreter, side, srv.base_url, method, n, conc, probs
+                        )
+                        calls = len(srv.requests) - calls_before
+                        later = [r["wall_s"] for r in out["results"][1:]]
+                        row[side] = {
+                            "wall_s": out["wall_s"],
+                            "first_problem_wall_s": out["results"][0]["wall_s"],
+                            "later_problems_wall_s": sum(later),
+                            "wall_over_critical_path": out["wall_s"] / critical,
+                            "http_calls": calls,
+                            "cpu_us_per_call": 1e6 * out["cpu_s"] / max(1, calls),
+                            "tokens_per_problem": sum(r["tokens"] or 0 for r in out["results"])
+                            / count,
+                        }
+                    row["wall_ratio_vs_its_hub"] = row["ours"]["wall_s"] / row["its_hub"]["wall_s"]
+                    # without the cold start: our first problem has no prior to size its waves
+                    row["wall_ratio_after_first_problem"] = (
+                        row["ours"]["later_problems_wall_s"]
+                        / row["its_hub"]["later_problems_wall_s"]
+                    )
+                    row["cpu_ratio_vs_its_hub"] = (
+                        row["ours"]["cpu_us_per_call"] / row["its_hub"]["cpu_us_per_call"]
+                    )
+                    print(
+                        f"{method} N={n} C={conc}: wall ours/its_hub "
+                        f"{row['wall_ratio_vs_its_hub']:.3f}, CPU/call "
+                        f"{row['cpu_ratio_vs_its_hub']:.2f}, calls {row['ours']['http_calls']} vs "
+                        f"{row['its_hub']['http_calls']}",
+                        file=sys.stderr,
+                    )
+                    rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    total_cpu = {
+        side: sum(r[side]["cpu_us_per_call"] * r[side]["http_calls"] for r in rows)
+        / sum(r[side]["http_calls"] for r in rows)
+        for side in ("ours", "its_hub")
+    }
+    return {
+        "latency_s": LATENCY_S,
+        "grid": rows,
+        "wall_ratio_vs_its_hub_max": max(r["wall_ratio_vs_its_hub"] for r in rows),
+        "wall_ratio_after_first_problem_max": max(
+            r["wall_ratio_after_first_problem"] for r in rows
+        ),
+        "cpu_ratio_vs_its_hub": total_cpu["ours"] / total_cpu["its_hub"],
+    }
+
+
+async def quality(count: int, n: int) -> dict[str, Any]:
+    """Its self-consistency at n samples vs ours at the tokens it spent, on the local model."""
+    from rse_fast.eval.datasets import load_dataset
+    from rse_fast.eval.metrics import paired_difference
+    from rse_fast.local.server import LocalServer
+
+    task = "basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
+    ds = load_dataset(f"gym:{task}", count, 11)
+    python = peers_python()
+    async with LocalServer("qwen2.5-coder-0.5b", parallel=4) as server:
+        url, model = server.base_url, server.model_name
+        probs = [
+            {"id": p.id, "prompt": p.prompt, "messages": solve_messages(p.prompt)}
+            for p in ds.problems
+        ]
+        theirs = run_worker_model(python, "its_hub", url, model, n, probs)
+        for p, r in zip(probs, theirs["results"], strict=True):
+            p["budget"] = r["tokens"]
+        ours = run_worker_model(sys.executable, "ours", url, model, n, probs)
+    right = {
+        side: [ds.grade(p, r["text"]) for p, r in zip(ds.problems, out["results"], strict=True)]
+        for side, out in (("ours", ours), ("its_hub", theirs))
+    }
+    diff, ci = paired_difference(right["ours"], right["its_hub"])
+    return {
+        "task": f"gym:{task}",
+        "seed": 11,
+        "problems": count,
+        "n": n,
+        "accuracy_ours": sum(right["ours"]) / count,
+        "accuracy_its_hub": sum(right["its_hub"]) / count,
+        "accuracy_diff": diff,
+        "ci95": list(ci),
+        "tokens_ours": sum(r["tokens"] for r in ours["results"]),
+        "tokens_its_hub": sum(r["tokens"] for r in theirs["results"]),
+        "wall_ratio_vs_its_hub": ours["wall_s"] / theirs["wall_s"],
+    }
+
+
+def run_worker_model(python: str, side: str, url: str, model: str, n: int, probs: list) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        pfile, ofile = Path(tmp) / "p.json", Path(tmp) / "o.json"
+        pfile.write_text(json.dumps(probs))
+        cmd = [python, str(WORKER), "--side", side, "--url", url, "--model", model,
+               "--method", "sc", "--n", str(n), "--concurrency", "4", "--max-tokens", "384",
+               "--problems", str(pfile), "--out", str(ofile)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if side == "ours" else None
+        subprocess.run(cmd, check=True, env=env)
+        return json.loads(ofile.read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-quality", action="store_true")
+    ap.add_argument("--quality-problems", type=int, default=40)
+    args = ap.parse_args()
+    started = time.perf_counter()
+    if args.quick:
+        rows = asyncio.run(overhead([8], [4, 32], 5))
+        path = write_result("peers_quick", {**summary(rows), "quick": True})
+    else:
+        result = summary(asyncio.run(overhead([8, 32], [4, 32], 20)))
+        if not args.skip_quality:
+            result["quality"] = asyncio.run(quality(args.quality_problems, 4))
+        path = write_result("peers", result)
+    print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
