@@ -1,14 +1,17 @@
-"""RSE orchestration overhead against the scripted server at a fixed latency.
+"""RSE orchestration overhead against the scripted server, on two workloads.
 
-    python bench/overhead.py --quick   # K=32, R=3, L=200 ms, < 60 s
+    python bench/overhead.py --quick   # K=32, R=3, both workloads, < 60 s
 
-The server runs in a child process (so its CPU is not ours) and answers every call after exactly
-L. The critical path of server latencies is then 2·L per round (rollout, then its distillation),
-so overhead = wall − R·2·L. The tail of a round is the time from the last distillation's return
-to the bank being updated and the next prompt rendered; the part of it spent waiting for the
-encoder is reported separately. A second run with latencies spread uniformly over [L/2, 3L/2]
-shows how much of the encoder work overlaps calls in flight when replies do not all arrive at
-once, as with real servers.
+*stress*: every call answers after exactly L = 200 ms with its whole reply, so all K
+distillations of a round return together and nothing can hide the work that follows them.
+*realistic*: a prefill delay drawn from [100, 300] ms, then the reply generated at ~60 tokens/s
+per sequence with lengths varied by ±50%, as a real server serves K sequences at once.
+
+The server runs in a child process (its CPU is not ours) and records the latency it injected in
+every call. The critical path is read back from those records: per round, the longest
+rollout + distillation chain (``critical_path``); overhead = wall − Σ rounds of it. The tail of
+a round is the time from the last distillation's return to the bank being updated and the next
+prompt rendered; the part of it spent waiting for the encoder is reported separately.
 """
 
 from __future__ import annotations
@@ -62,17 +65,36 @@ def reply(body: dict[str, Any], index: int) -> str:
                 ],
             }
         )
-    return f"360 = 2^3 * 3^2 * 5, so the count is 4 * 3 * 2. \\boxed{{{24 if i % 4 else 23}}}"
+    # lengths vary by ±50% around ~120 tokens (words), so generation times spread
+    words = 60 + (i * 7919 + r * 104729) % 120
+    filler = " ".join(["step"] * words)
+    return (
+        f"{filler} 360 = 2^3 * 3^2 * 5, so the count is 4 * 3 * 2. \\boxed{{{24 if i % 4 else 23}}}"
+    )
 
 
-def serve(latency: float, spread: bool) -> None:
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "stress": {"prefill_s": (0.2, 0.2), "tokens_per_s": None},
+    "realistic": {"prefill_s": (0.1, 0.3), "tokens_per_s": 60.0},
+}
+
+
+def serve(workload: str) -> None:
     import random
 
     from rse_fast.testing import ScriptedServer
 
+    spec = WORKLOADS[workload]
+    lo, hi = spec["prefill_s"]
+
     async def main() -> None:
-        lat = (lambda rng: rng.uniform(latency / 2, 1.5 * latency)) if spread else latency
-        srv = ScriptedServer(default_reply=reply, latency=lat, seed=random.randrange(1 << 30))
+        lat = (lambda rng: rng.uniform(lo, hi)) if hi > lo else lo
+        srv = ScriptedServer(
+            default_reply=reply,
+            latency=lat,
+            stream_tokens_per_s=spec["tokens_per_s"],
+            seed=random.randrange(1 << 30),
+        )
         await srv.start()
         print(f"READY {srv.base_url}", flush=True)
         await asyncio.Event().wait()
@@ -80,11 +102,9 @@ def serve(latency: float, spread: bool) -> None:
     asyncio.run(main())
 
 
-def start_server(latency: float, spread: bool) -> tuple[subprocess.Popen[str], str]:
-    args = [sys.executable, __file__, "--serve", "--latency", str(latency)]
-    proc = subprocess.Popen(
-        args + (["--spread"] if spread else []), stdout=subprocess.PIPE, text=True
-    )
+def start_server(workload: str) -> tuple[subprocess.Popen[str], str]:
+    args = [sys.executable, __file__, "--serve", workload]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("READY "):
@@ -139,47 +159,37 @@ async def idle_loop(url: str, k: int, rounds: int) -> float:
         return time.perf_counter() - t0
 
 
-async def measure(
-    url: str, encoder: Encoder, k: int, rounds: int, latency: float, spread: bool
-) -> dict[str, Any]:
+async def measure(url: str, encoder: Encoder, k: int, rounds: int, workload: str) -> dict[str, Any]:
     cfg = RSEConfig(rounds=rounds, k=k)
     async with LLMClient(url, "scripted", max_concurrency=256) as client:
         rse = RSE(client, encoder, cfg)
         await client.chat([{"role": "user", "content": "warm up"}], max_tokens=1)
+        passes_before = encoder.encoder_passes
         t0 = time.perf_counter()
         result = await rse.solve(PROBLEM, gold="24")
         wall = time.perf_counter() - t0
-    lat = [r.latency_s for r in client.ledger.records if r.task]
-    if spread:  # critical path: per round, the longest rollout+distill chain
-        by_task: dict[str, list[float]] = {}
-        for rec in client.ledger.records:
-            if rec.task:
-                by_task.setdefault(rec.task, []).append(rec.latency_s)
-        critical = sum(
-            result.rounds[i].wall_s - result.rounds[i].tail_ms / 1e3 for i in range(rounds)
-        )  # measured: round start → last return
-    else:
-        critical = rounds * 2 * latency
+    critical = await critical_path(url)
     idle = await idle_loop(url, k, rounds)
     tail = [r.tail_ms for r in result.rounds]
     enc = [r.tail_encoder_ms for r in result.rounds]
     overhead = wall - critical
+    lat = [r.latency_s for r in client.ledger.records if r.task]
     return {
+        "workload": workload,
+        **WORKLOADS[workload],
         "k": k,
         "rounds": rounds,
-        "latency_s": latency,
-        "spread": spread,
         "wall_s": wall,
         "critical_path_s": critical,
+        "critical_path_source": "latencies injected by the server, read back per call",
         "overhead_fraction": overhead / wall,
         "overhead_fraction_excluding_encoder": max(0.0, overhead - sum(enc) / 1e3) / wall,
         "idle_loop_wall_s": idle,
         "overhead_fraction_vs_idle_loop": (wall - idle) / wall,
-        "overhead_fraction_vs_idle_loop_excluding_encoder": max(0.0, wall - idle - sum(enc) / 1e3)
-        / wall,
         "tail_ms": tail,
         "tail_encoder_ms": enc,
         "tail_ms_excluding_encoder": max(t - e for t, e in zip(tail, enc, strict=True)),
+        "encoder_passes": encoder.encoder_passes - passes_before,
         "bank_sizes": result.bank_sizes,
         "calls": len(lat),
         "mean_call_latency_s": sum(lat) / len(lat),
@@ -189,51 +199,41 @@ async def measure(
 async def run(quick: bool) -> dict[str, Any]:
     encoder = Encoder()
     encoder.warmup()
-    k, rounds, latency = 32, 3, 0.2
+    k, rounds = 32, 3
     out: dict[str, Any] = {"mode": "quick" if quick else "full"}
-    for spread in (False, True):
-        proc, url = start_server(latency, spread)
+    for workload in WORKLOADS:
+        proc, url = start_server(workload)
         try:
-            encoder._cache.clear()
-            res = await measure(url, encoder, k, rounds, latency, spread)
+            encoder.clear_cache()
+            res = await measure(url, encoder, k, rounds, workload)
         finally:
             proc.terminate()
             proc.wait(5)
-        out["spread" if spread else "fixed"] = res
+        out[workload] = res
         print(json.dumps({k2: v for k2, v in res.items() if k2 != "bank_sizes"}), flush=True)
-    fixed = out["fixed"]
-    out.update(
-        overhead_fraction=fixed["overhead_fraction"],
-        overhead_fraction_excluding_encoder=fixed["overhead_fraction_excluding_encoder"],
-        tail_ms_excluding_encoder=fixed["tail_ms_excluding_encoder"],
-        tail_encoder_ms=max(fixed["tail_encoder_ms"]),
-        encoder_provider=encoder.provider,
-    )
+    out["encoder_provider"] = encoder.provider
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--latency", type=float, default=0.2, help=argparse.SUPPRESS)
-    parser.add_argument("--spread", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=sorted(WORKLOADS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.latency, args.spread)
+        serve(args.serve)
         return
     t0 = time.perf_counter()
     payload = asyncio.run(run(args.quick))
     payload["wall_s"] = time.perf_counter() - t0
     path = write_result("overhead_quick" if args.quick else "overhead", payload)
-    for key in (
-        "overhead_fraction",
-        "overhead_fraction_excluding_encoder",
-        "tail_ms_excluding_encoder",
-        "tail_encoder_ms",
-        "wall_s",
-    ):
-        print(f"{key}: {payload[key]}")
+    for workload in WORKLOADS:
+        res = payload[workload]
+        print(
+            f"{workload}: overhead_fraction {res['overhead_fraction']:.3f}, "
+            f"tail_ms_excluding_encoder {res['tail_ms_excluding_encoder']:.1f}, "
+            f"encoder in tails {max(res['tail_encoder_ms']):.0f} ms"
+        )
     print(f"wrote {path}")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import shutil
 from pathlib import Path
@@ -131,6 +133,27 @@ def test_bad_and_odd_input(encoder):
 async def test_aencode_matches_encode(encoder):
     texts = ["one", "two", "three"]
     np.testing.assert_array_equal(await encoder.aencode(texts), encoder.encode(texts))
+
+
+async def test_concurrent_aencode_calls_are_coalesced():
+    enc = Encoder(providers=["CPUExecutionProvider"], cache_size=0)
+    texts = [f"statement number {i} about a different topic {i * 7}" for i in range(32)]
+    alone = enc.encode(texts)
+    results = await asyncio.gather(*(enc.aencode([t]) for t in texts))
+    for got, want in zip(results, alone, strict=True):
+        np.testing.assert_allclose(got[0], want, atol=1e-5)
+    # the first call runs alone; the 31 that queue behind it share a few passes
+    assert enc.encoder_passes < 8 and enc.calls_coalesced >= 24
+
+
+async def test_aencode_errors_reach_every_caller():
+    enc = Encoder(providers=["CPUExecutionProvider"])
+    bad = asyncio.gather(enc.aencode(["fine"]), enc.aencode([None]), return_exceptions=True)
+    results = await bad
+    assert isinstance(results[1], TypeError)
+    with pytest.raises(TypeError, match="single str"):
+        await enc.aencode("not a list")
+    assert (await enc.aencode(["still works"])).shape == (1, 384)
 
 
 def test_auto_provider_runs_on_cpu_without_gpu():

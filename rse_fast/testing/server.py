@@ -147,7 +147,9 @@ class ScriptedServer:
     rules: Sequence[Rule] = ()
     default_reply: str | Reply | ReplyFn = "The answer is \\boxed{42}."
     latency: float | Callable[[random.Random], float] = 0.0
-    stream_tokens_per_s: float | None = None  # None: stream as fast as possible
+    # generation speed per sequence: streams send a token every 1/rate s, whole replies
+    # arrive after tokens/rate s (on top of ``latency``, the prefill); None: instantly
+    stream_tokens_per_s: float | None = None
     api_key: str | None = None  # when set, requests need "Authorization: Bearer <key>"
     known_models: Sequence[str] | None = None  # when set, other model names get a 404
     faults: Sequence[Fault | None] | FaultPlan = ()
@@ -277,6 +279,7 @@ class ScriptedServer:
         if fault is not None and fault.kind == "slow":
             delay += fault.delay_s
         self.delays.append(delay)
+        slot = len(self.delays) - 1
         if delay > 0:
             await asyncio.sleep(delay)
         if fault is not None and fault.kind == "status":
@@ -296,8 +299,14 @@ class ScriptedServer:
             n = 1
         replies = [self.reply_for(body, k) for k in range(n)]
         if body.get("stream"):
+            if self.stream_tokens_per_s:  # what the stream's pacing will add, for benchmarks
+                self.delays[slot] += replies[0].tokens / self.stream_tokens_per_s
             return await self._stream(request, body, replies[0], fault)
         counts = [r.tokens for r in replies]
+        if self.stream_tokens_per_s:  # a whole reply arrives when its generation ends
+            decode = max(counts) / self.stream_tokens_per_s
+            self.delays[slot] += decode
+            await asyncio.sleep(decode)
         payload: dict[str, Any] = {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
