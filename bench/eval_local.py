@@ -36,18 +36,6 @@ from common import write_result
 RESULTS = Path(__file__).parent / "results"
 MODEL = "qwen2.5-coder-0.5b (Q4 GGUF, llama.cpp llama-server, CPU)"
 PARTS: dict[str, dict[str, Any]] = {
-    "verifiable": {
-        "out": RESULTS / "eval_local",
-        "methods": "sc,bon,beam,particle,refine,fusion,rse",
-        "dataset": "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2",
-        "limit": 8,
-        "seed": 7,
-        "budgets": "800,2400",
-        "max_tokens": 384,
-        "parallel": 4,
-        "single_samples": 4,
-        "title": "reasoning-gym basic_arithmetic (2-3 terms), qwen2.5-coder-0.5b, 2 CPU cores",
-    },
     "healthbench": {
         "out": RESULTS / "eval_local_healthbench",
         "methods": "bon,refine,fusion",
@@ -60,6 +48,18 @@ PARTS: dict[str, dict[str, Any]] = {
         "single_samples": 2,
         "grader": "smollm2-135m",
         "title": "HealthBench (3 prompts), qwen2.5-coder-0.5b; grader smollm2-135m (distinct)",
+    },
+    "verifiable": {
+        "out": RESULTS / "eval_local",
+        "methods": "sc,bon,beam,particle,refine,fusion,rse",
+        "dataset": "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2",
+        "limit": 8,
+        "seed": 7,
+        "budgets": "800,2400",
+        "max_tokens": 384,
+        "parallel": 4,
+        "single_samples": 4,
+        "title": "reasoning-gym basic_arithmetic (2-3 terms), qwen2.5-coder-0.5b, 2 CPU cores",
     },
 }
 

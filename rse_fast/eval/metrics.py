@@ -108,7 +108,7 @@ def mean_pairwise_cosine_distance(vectors: np.ndarray) -> float | None:
     if n < 2:
         return None
     g = vectors @ vectors.T
-    return float(1.0 - (g.sum() - np.trace(g)) / (n * (n - 1)))
+    return max(0.0, float(1.0 - (g.sum() - np.trace(g)) / (n * (n - 1))))  # float32 rounding
 
 
 def mean(xs: Sequence[float | None]) -> float | None:

@@ -132,9 +132,12 @@ class Spend:
         return self.ledger.total_tokens
 
     @property
+    def held(self) -> float:
+        return self.reserve() if self.reserve is not None else 0.0
+
+    @property
     def left(self) -> float:
-        held = self.reserve() if self.reserve is not None else 0.0
-        return self.budget - held - self.spent
+        return self.budget - self.held - self.spent
 
     def units_left(self, unit_cost: float) -> int:
         """Whole units that still fit, rounding to the nearest so the total lands near budget."""
@@ -163,13 +166,20 @@ async def in_waves(
     limit: int | None = None,
     minimum: int = 0,
     early: EarlyStop | None = None,
+    count_reserve: bool = False,
+    start: int = 0,
 ) -> list[T]:
     """Run ``unit(i)`` in parallel waves until the budget is spent (or ``limit`` units ran).
 
     The first wave goes out at once, sized from ``first_cost`` (an estimate from the prompt's
     length and the completion cap or a prior: no solo probe call on the critical path); each
-    later wave is sized from what the waves so far really cost. At least ``minimum`` units
-    run whatever the budget says."""
+    later wave is sized from what the waves so far really cost (``count_reserve``: counting
+    what the reserve holds for work the units started and left running). At least
+    ``minimum`` units run whatever the budget says. Units are numbered from ``start``."""
+
+    def committed() -> float:
+        return spend.spent + (spend.held if count_reserve else 0.0)
+
     out: list[T] = []
     cost = max(1.0, first_cost)
     while True:
@@ -179,17 +189,17 @@ async def in_waves(
         if n <= 0:
             return out
         wave = min(n, parallel)
-        before, done_before = spend.spent, len(out)
-        tasks = [asyncio.ensure_future(unit(len(out) + j)) for j in range(wave)]
+        before, done_before = committed(), len(out)
+        tasks = [asyncio.ensure_future(unit(start + len(out) + j)) for j in range(wave)]
         if early is None:
             out.extend(await asyncio.gather(*tasks))
         elif await _until_settled(tasks, out, early, spend, cost):
-            measured = (spend.spent - before) / max(1, len(out) - done_before)
+            measured = (committed() - before) / max(1, len(out) - done_before)
             early.saved_tokens = int(
                 early.cancelled * measured + spend.units_left(measured) * measured
             )
             return out
-        cost = max(1.0, (spend.spent - before) / max(1, len(out) - done_before))
+        cost = max(1.0, (committed() - before) / max(1, len(out) - done_before))
 
 
 async def _until_settled(

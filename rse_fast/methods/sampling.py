@@ -5,6 +5,7 @@ budget. Every family fans its first wave out at once (no solo probe call)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections import Counter
@@ -223,28 +224,58 @@ class BestOfN(Method):
         self.judge: Verifier = judge or LLMJudge()
         self.selection = selection
 
-    async def _scored(
-        self, c: LLMClient, scorer: DistinctScorer, problem: Problem, i: int
-    ) -> Candidate:
-        cand = await sample(self, c, problem, i)
+    async def _judge(self, c: LLMClient, scorer: DistinctScorer, cand: Candidate, i: int) -> None:
         before = _task_tokens(c.ledger, f"c{i}")
         cand.scores["judge"] = await scorer.score(cand.text, seed=self.seed + i, task=f"c{i}")
         cand.cost += _task_tokens(c.ledger, f"c{i}") - before
-        return cand
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+        """Samples go out in waves; each sample's judging starts when it lands and runs
+        alongside the next wave (judging never holds a wave back). The judging still in
+        flight is held back from the budget at the judge cost measured so far."""
         if problem.open_ended and self.selection == "weighted":
             raise ValueError("score-weighted voting needs final answers: use selection='best'")
         c = client.with_ledger(Ledger())
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
-        estimate = 2 * sample_cost(self, c, problem) + JUDGE_OVERHEAD_TOKENS
-        pool = await in_waves(
-            lambda i: self._scored(c, scorer, problem, i),
-            Spend(c.ledger, budget),
-            self.planned_cost(estimate),
-            self.parallel,
-            minimum=1,
-        )
+        per_sample = sample_cost(self, c, problem)
+        judge_guess = per_sample + JUDGE_OVERHEAD_TOKENS
+        judging: list[asyncio.Task[None]] = []
+
+        def judge_cost() -> float:
+            done = [r.total_tokens for r in c.ledger.records if r.role == "judge"]
+            return sum(done) / len(done) if done else self.planned_cost(judge_guess)
+
+        def in_flight() -> float:
+            return sum(1 for t in judging if not t.done()) * judge_cost()
+
+        async def unit(i: int) -> Candidate:
+            cand = await sample(self, c, problem, i)
+            judging.append(asyncio.ensure_future(self._judge(c, scorer, cand, i)))
+            return cand
+
+        estimate = per_sample + judge_guess
+        spend = Spend(c.ledger, budget, reserve=in_flight)
+        pool: list[Candidate] = []
+        cost = self.planned_cost(estimate)
+        try:
+            while True:  # waves stop while judging holds budget back: settle it, go on if room
+                got = await in_waves(
+                    unit,
+                    spend,
+                    cost,
+                    self.parallel,
+                    minimum=0 if pool else 1,
+                    count_reserve=True,
+                    start=len(pool),
+                )
+                pool += got
+                await asyncio.gather(*judging)
+                cost = spend.spent / len(pool)
+                if not got or spend.units_left(cost) < 1:
+                    break
+        finally:
+            for t in judging:
+                t.cancel()
         self.learn(pool, estimate, c.ledger.total_tokens)
         result = await off_loop(self._select, pool, budget, c.ledger)
         result.meta.update(judge_calls=scorer.calls, judge_reused=scorer.reused)
