@@ -47,12 +47,17 @@ def machine() -> dict[str, Any]:
     mem_gib = None
     with contextlib.suppress(ValueError, OSError, AttributeError):
         mem_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    load = None
+    with contextlib.suppress(OSError, AttributeError):
+        load = round(os.getloadavg()[0], 2)
     return {
         "cpu": cpu,
         "cores": cores,
         "memory_gib": mem_gib,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        # > cores: something else was running (a local-model run): speed ratios are suspect
+        "load_avg_1m": load,
     }
 
 

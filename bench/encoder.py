@@ -2,10 +2,12 @@
 
     python bench/encoder.py --quick   # < 60 s
 
-Short (~20 tokens), medium (~80) and mixed-length (5-128) texts, batch 1 and 256 (ours cuts a
-256-text call into length-sorted sub-batches of ~512 tokens), CPU, threads
-fixed to the machine's cores for every contender; the result cache is off so every text is
-really embedded. fastembed loads the same model.onnx and tokenizer.json from a local folder.
+Short (~20 tokens), medium (~80) and mixed-length (5-128) texts; ours at one call per set (it
+cuts the call into length-sorted sub-batches of ~512 tokens) and one call per text, the naive
+loop, and fastembed at each batch size in FASTEMBED_BATCHES with the best one as its baseline;
+every side embeds the same texts the same number of times, CPU, threads fixed to the machine's
+cores for every contender; the result cache is off so every text is really embedded.
+fastembed loads the same model.onnx and tokenizer.json from a local folder.
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ def make_fastembed(threads: int) -> tuple[Any, str | None]:
     return emb, None
 
 
+#: fastembed is measured at each of these and the best is its baseline.
+FASTEMBED_BATCHES = (1, 16, 64, 256)
+
+
 def rate(fn, texts: list[str], tokens: int, repeat: int) -> dict[str, float]:
     fn(texts[:8])
     t = best_time(lambda: fn(texts), repeat=repeat)
@@ -143,23 +149,25 @@ def run(quick: bool) -> dict[str, Any]:
         "mixed": make_texts(n, 3, 120, 3),
     }
     results: dict[str, Any] = {}
+    repeat = 3  # every side, every set: the same texts, the same number of runs
     for name, texts in sets.items():
-        tokens = sum(len(e.ids) for e in ours._tokenizer.encode_batch(texts))
-        row: dict[str, Any] = {"texts": len(texts), "tokens": tokens}
-        row["ours_b256"] = rate(ours.encode, texts, tokens, 2)
-        few = texts[: 48 if quick else 512]
-        few_tokens = sum(len(e.ids) for e in ours._tokenizer.encode_batch(few))
-        row["ours_b1"] = rate(lambda ts: [ours.encode([t]) for t in ts], few, few_tokens, 1)
-        row["naive_loop"] = rate(naive.encode, few, few_tokens, 1)
+        tokens = ours.count_tokens(texts)
+        row: dict[str, Any] = {"texts": len(texts), "tokens": tokens, "repeats": repeat}
+        row["ours_b256"] = rate(ours.encode, texts, tokens, repeat)
+        row["ours_b1"] = rate(lambda ts: [ours.encode([t]) for t in ts], texts, tokens, repeat)
+        row["naive_loop"] = rate(naive.encode, texts, tokens, repeat)
         if fe is not None:
-            row["fastembed_b256"] = rate(
-                lambda ts: list(fe.embed(ts, batch_size=256)), texts, tokens, 3
-            )
-            row["fastembed_b1"] = rate(
-                lambda ts: list(fe.embed(ts, batch_size=1)), few, few_tokens, 2
-            )
-            row["speedup_vs_fastembed"] = (
-                row["ours_b256"]["sent_per_s"] / row["fastembed_b256"]["sent_per_s"]
+            for size in FASTEMBED_BATCHES:
+                row[f"fastembed_b{size}"] = rate(
+                    lambda ts, size=size: list(fe.embed(ts, batch_size=size)),
+                    texts,
+                    tokens,
+                    repeat,
+                )
+            best = max(FASTEMBED_BATCHES, key=lambda b: row[f"fastembed_b{b}"]["sent_per_s"])
+            row["fastembed_best_batch"] = best
+            row["speedup_vs_fastembed_best"] = (
+                row["ours_b256"]["sent_per_s"] / row[f"fastembed_b{best}"]["sent_per_s"]
             )
         row["speedup_vs_naive_loop"] = (
             row["ours_b256"]["sent_per_s"] / row["naive_loop"]["sent_per_s"]
@@ -167,8 +175,8 @@ def run(quick: bool) -> dict[str, Any]:
         results[name] = row
         print(
             f"{name}: ours {row['ours_b256']['sent_per_s']:.0f} sent/s, "
-            f"naive {row['naive_loop']['sent_per_s']:.0f}, fastembed "
-            f"{row.get('fastembed_b256', {}).get('sent_per_s', float('nan')):.0f}",
+            f"naive {row['naive_loop']['sent_per_s']:.0f}, fastembed best "
+            f"{row.get('speedup_vs_fastembed_best', float('nan')):.2f}x slower",
             flush=True,
         )
     if fe is not None:  # same model, same pooling: the vectors must agree
@@ -190,7 +198,8 @@ def run(quick: bool) -> dict[str, Any]:
         "sent_per_s": mixed["ours_b256"]["sent_per_s"],
         "tok_per_s": mixed["ours_b256"]["tok_per_s"],
         "speedup_vs_naive_loop": mixed["speedup_vs_naive_loop"],
-        "speedup_vs_fastembed": mixed.get("speedup_vs_fastembed"),
+        "speedup_vs_fastembed_best": mixed.get("speedup_vs_fastembed_best"),
+        "fastembed_best_batch": mixed.get("fastembed_best_batch"),
         "fastembed_reason": fe_reason,
         "min_cosine_vs_fastembed": agree,
         "cold_start_s": cold_start(),
@@ -209,7 +218,7 @@ def main() -> None:
     for k in (
         "sent_per_s",
         "speedup_vs_naive_loop",
-        "speedup_vs_fastembed",
+        "speedup_vs_fastembed_best",
         "fastembed_reason",
         "min_cosine_vs_fastembed",
         "cold_start_s",

@@ -140,6 +140,10 @@ class Encoder:
     def provider(self) -> str:
         return self.providers[0]
 
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """Tokens the model sees for ``texts`` (after truncation, special tokens included)."""
+        return sum(len(e.ids) for e in self._tokenizer.encode_batch(list(texts)))
+
     def clear_cache(self) -> None:
         """Forget every cached vector (benchmarks measure cold encoding this way)."""
         with self._lock:

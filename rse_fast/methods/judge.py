@@ -148,6 +148,10 @@ class DistinctScorer:
     garbage: int = 0
     _scores: dict[tuple[str, bool], asyncio.Future[float]] = field(default_factory=dict)
 
+    def knows(self, text: str, partial: bool = False) -> bool:
+        """Whether judging ``text`` now would reuse a score (given or still coming): free."""
+        return (normalise(text), partial) in self._scores
+
     async def score(
         self, text: str, *, partial: bool = False, seed: int | None = None, task: str | None = None
     ) -> float:

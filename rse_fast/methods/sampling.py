@@ -26,7 +26,7 @@ from rse_fast.methods.base import (
     in_waves,
     prompt_cost,
 )
-from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
+from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier, normalise
 from rse_fast.prompts import fusion_messages
 
 #: Judge prompt tokens beyond the problem and the response (template, instructions) and its
@@ -240,17 +240,31 @@ class BestOfN(Method):
         per_sample = sample_cost(self, c, problem)
         judge_guess = per_sample + JUDGE_OVERHEAD_TOKENS
         judging: list[asyncio.Task[None]] = []
+        calling: list[asyncio.Task[None]] = []  # the judgings that make a real call
+        started: list[Candidate] = []  # sampled, judging scheduled (maybe not yet begun)
 
         def judge_cost() -> float:
-            done = [r.total_tokens for r in c.ledger.records if r.role == "judge"]
+            """What one real judge call costs, measured (reuses are free and not held)."""
+            done = [
+                r.total_tokens
+                for r in c.ledger.records
+                if r.role == "judge" and r.usage_source != "reused"
+            ]
             return sum(done) / len(done) if done else self.planned_cost(judge_guess)
 
         def in_flight() -> float:
-            return sum(1 for t in judging if not t.done()) * judge_cost()
+            return sum(1 for t in calling if not t.done()) * judge_cost()
 
         async def unit(i: int) -> Candidate:
             cand = await sample(self, c, problem, i)
-            judging.append(asyncio.ensure_future(self._judge(c, scorer, cand, i)))
+            reuse = scorer.knows(cand.text) or any(
+                normalise(p.text) == normalise(cand.text) for p in started
+            )
+            started.append(cand)
+            task = asyncio.ensure_future(self._judge(c, scorer, cand, i))
+            judging.append(task)
+            if not reuse:
+                calling.append(task)
             return cand
 
         estimate = per_sample + judge_guess
