@@ -142,14 +142,14 @@ def run(quick: bool) -> dict[str, Any]:
     ours.warmup()
     naive = NaiveLoop(threads)
     fe, fe_reason = make_fastembed(threads)
-    n = 160 if quick else 2048
+    n = 64 if quick else 2048
     sets = {
         "short": make_texts(n, 12, 18, 1),
         "medium": make_texts(n, 60, 75, 2),
         "mixed": make_texts(n, 3, 120, 3),
     }
     results: dict[str, Any] = {}
-    repeat = 3  # every side, every set: the same texts, the same number of runs
+    repeat = 2 if quick else 3  # every side, every set: the same texts, the same runs
     for name, texts in sets.items():
         tokens = ours.count_tokens(texts)
         row: dict[str, Any] = {"texts": len(texts), "tokens": tokens, "repeats": repeat}
