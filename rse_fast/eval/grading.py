@@ -84,8 +84,9 @@ class RubricGrader:
     temperature: float = 0.7
     max_tokens: int = 32
     retries: int = 1
-    parallel: int = 8
+    parallel: int = 8  # grader calls in flight, over every reading this grader runs
     garbage: int = field(default=0, init=False)
+    _gate: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
 
     @property
     def identity(self) -> str:
@@ -96,7 +97,9 @@ class RubricGrader:
         criteria: list[Criterion] = problem.meta.get("rubric") or []
         if not criteria:
             raise ValueError(f"problem {problem.id}: no rubric to grade against")
-        gate = asyncio.Semaphore(self.parallel)
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.parallel)
+        gate = self._gate
         scaled = all(c.levels for c in criteria)
 
         async def one(k: int, c: Criterion) -> Any:

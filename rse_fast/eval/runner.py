@@ -11,6 +11,7 @@ the oracle for the grader's noise.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -64,9 +65,10 @@ async def _qualities(
     if plan.grader is None:
         raise ValueError(f"{ds.name} is open-ended: the plan needs a rubric grader")
     grader = plan.grader
-    first = [await grader.grade(problem, t, seed=2 * k) for k, t in enumerate(texts)]
-    second = [await grader.grade(problem, t, seed=2 * k + 1) for k, t in enumerate(texts)]
-    return first, second
+    readings = await asyncio.gather(
+        *(grader.grade(problem, t, seed=2 * k + r) for r in (0, 1) for k, t in enumerate(texts))
+    )
+    return list(readings[: len(texts)]), list(readings[len(texts) :])
 
 
 def _truth(first: list[float], second: list[float]) -> list[float]:

@@ -330,6 +330,7 @@ class ParticleFilter(_Stepwise):
         if not 0.0 <= ess_threshold <= 1.0:
             raise ValueError(f"ess_threshold must be in [0, 1], got {ess_threshold}")
         self.resample_temperature, self.ess_threshold = resample_temperature, ess_threshold
+        self.resamples = 0  # ESS-triggered resamplings in the current run
 
     def _paths(self) -> int:
         return max(2, self.width * self.expand)
@@ -346,7 +347,6 @@ class ParticleFilter(_Stepwise):
         rng = random.Random(self.seed + tree)
         particles, finished = [Path() for _ in range(n)], []
         depth = 0
-        self.resamples = getattr(self, "resamples", 0)
         while particles and depth < self.max_depth:
             affordable = particles[: self._affordable(spend, len(particles), depth)]
             if not affordable:
