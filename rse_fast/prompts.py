@@ -306,6 +306,17 @@ def criterion_scale_messages(
 
 
 # -- step-wise search (beam search, particle filtering) --------------------------------------
+def _turns(open_ended: bool, user: str) -> list[Message]:
+    return [
+        {"role": "system", "content": system_for(open_ended)},
+        {"role": "user", "content": user},
+    ]
+
+
+def _so_far(steps: Sequence[str]) -> str:
+    return "\n\n".join(steps) if steps else "(nothing yet)"
+
+
 def _framing(open_ended: bool) -> tuple[str, str, str]:
     """(heading of the task, its noun for the work so far, how the work must end)."""
     if open_ended:
@@ -319,16 +330,12 @@ def next_step_messages(
     """Ask for exactly one more step after the steps so far (works on any server: no
     assistant prefill needed). An open-ended response marks its last part with END_MARK."""
     head, noun, ending = _framing(open_ended)
-    done = "\n\n".join(steps) if steps else "(nothing yet)"
     user = (
-        f"{head}:\n{problem.strip()}\n\n{noun.capitalize()} so far:\n{done}\n\n"
+        f"{head}:\n{problem.strip()}\n\n{noun.capitalize()} so far:\n{_so_far(steps)}\n\n"
         f"Write only the next step of the {noun}, in one short paragraph. If the {noun} is "
         f"complete after this step, {ending}."
     )
-    return [
-        {"role": "system", "content": system_for(open_ended)},
-        {"role": "user", "content": user},
-    ]
+    return _turns(open_ended, user)
 
 
 def finish_messages(problem: str, steps: Sequence[str], open_ended: bool = False) -> list[Message]:
@@ -337,15 +344,11 @@ def finish_messages(problem: str, steps: Sequence[str], open_ended: bool = False
     head, noun, ending = _framing(open_ended)
     ending = ending.replace("the step", "it")
     user = (
-        f"{head}:\n{problem.strip()}\n\n{noun.capitalize()} so far:\n"
-        f"{chr(10).join(steps) if steps else '(nothing yet)'}\n\n"
+        f"{head}:\n{problem.strip()}\n\n{noun.capitalize()} so far:\n{_so_far(steps)}\n\n"
         f"Continue this {noun} from where it stops and carry it through to the end; write only "
         f"the continuation, and {ending}."
     )
-    return [
-        {"role": "system", "content": system_for(open_ended)},
-        {"role": "user", "content": user},
-    ]
+    return _turns(open_ended, user)
 
 
 # -- refinement ------------------------------------------------------------------------------
@@ -372,10 +375,7 @@ def revise_messages(
         f"Review of it:\n{critique.strip()}\n\nWrite an improved, complete {noun} that fixes "
         f"the problems found (keep what was right).{finish}"
     )
-    return [
-        {"role": "system", "content": system_for(open_ended)},
-        {"role": "user", "content": user},
-    ]
+    return _turns(open_ended, user)
 
 
 # -- fusion ----------------------------------------------------------------------------------
@@ -394,7 +394,4 @@ def fusion_messages(
         f"and any of them may be wrong.\n\n{listed}\n\nSynthesise the best possible {noun}: "
         f"compare the attempts, {finish}"
     )
-    return [
-        {"role": "system", "content": system_for(open_ended)},
-        {"role": "user", "content": user},
-    ]
+    return _turns(open_ended, user)

@@ -79,43 +79,43 @@ class _Stepwise(Method):
         path.cost += c.ledger.total_tokens - before
         return path
 
-    async def _extend(
-        self, c: LLMClient, scorer: DistinctScorer, problem: Problem, path: Path, seed: int
+    async def _grow(
+        self,
+        c: LLMClient,
+        scorer: DistinctScorer,
+        problem: Problem,
+        path: Path,
+        seed: int,
+        *,
+        finish: bool,
     ) -> Path:
+        """One call that adds the next step to ``path`` or (``finish``) writes the rest of it
+        to its end; the new path is judged."""
+        build = finish_messages if finish else next_step_messages
         res = await c.chat(
-            next_step_messages(problem.transcript, path.steps, problem.open_ended),
+            build(problem.transcript, path.steps, problem.open_ended),
             role="explore",
             seed=seed,
             temperature=self.temperature,
-            max_tokens=self.step_tokens,
+            max_tokens=self.max_tokens if finish else self.step_tokens,
         )
-        step = res.text.strip()
-        done = is_final(step, problem.open_ended)
+        text = res.text.strip()
         new = Path(
-            [*path.steps, strip_mark(step) if problem.open_ended else step],
+            [*path.steps, strip_mark(text) if problem.open_ended else text],
             cost=path.cost + res.usage.total_tokens,
-            finished=done,
+            finished=finish or is_final(text, problem.open_ended),
         )
         return await self._judged(c, scorer, new, seed)
+
+    async def _extend(
+        self, c: LLMClient, scorer: DistinctScorer, problem: Problem, path: Path, seed: int
+    ) -> Path:
+        return await self._grow(c, scorer, problem, path, seed, finish=False)
 
     async def _finish(
         self, c: LLMClient, scorer: DistinctScorer, problem: Problem, path: Path, seed: int
     ) -> Path:
-        """One call that writes the rest of an open path to its end."""
-        res = await c.chat(
-            finish_messages(problem.transcript, path.steps, problem.open_ended),
-            role="explore",
-            seed=seed,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-        )
-        rest = res.text.strip()
-        done = Path(
-            [*path.steps, strip_mark(rest) if problem.open_ended else rest],
-            cost=path.cost + res.usage.total_tokens,
-            finished=True,
-        )
-        return await self._judged(c, scorer, done, seed)
+        return await self._grow(c, scorer, problem, path, seed, finish=True)
 
     def _paths(self) -> int:
         """How many paths one full-size search carries."""
