@@ -101,14 +101,23 @@ async def unit_costs(url: str) -> tuple[float, float]:
 
 
 async def run_worker(
-    python: str, side: str, url: str, method: str, n: int, conc: int, probs: list
+    python: str,
+    side: str,
+    url: str,
+    method: str,
+    n: int,
+    conc: int,
+    probs: list,
+    model: str = "m",
+    max_tokens: int = MAX_TOKENS,
 ) -> dict:
-    """One side in its own process; awaited, so the scripted server in this loop serves it."""
+    """One side in its own process; awaited, so a scripted server in this loop serves it."""
     with tempfile.TemporaryDirectory() as tmp:
         pfile, ofile = Path(tmp) / "p.json", Path(tmp) / "o.json"
         pfile.write_text(json.dumps(probs))
-        cmd = [python, str(WORKER), "--side", side, "--url", url, "--method", method,
-               "--n", str(n), "--concurrency", str(conc), "--max-tokens", str(MAX_TOKENS),
+        cmd = [python, str(WORKER), "--side", side, "--url", url, "--model", model,
+               "--method", method, "--n", str(n), "--concurrency", str(conc),
+               "--max-tokens", str(max_tokens),
                "--problems", str(pfile), "--out", str(ofile)]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if side == "ours" else None
         proc = await asyncio.create_subprocess_exec(*cmd, env=env)
@@ -204,10 +213,10 @@ async def quality(count: int, n: int) -> dict[str, Any]:
             {"id": p.id, "prompt": p.prompt, "messages": solve_messages(p.prompt)}
             for p in ds.problems
         ]
-        theirs = run_worker_model(python, "its_hub", url, model, n, probs)
+        theirs = await run_worker(python, "its_hub", url, "sc", n, 4, probs, model, 384)
         for p, r in zip(probs, theirs["results"], strict=True):
             p["budget"] = r["tokens"]
-        ours = run_worker_model(sys.executable, "ours", url, model, n, probs)
+        ours = await run_worker(sys.executable, "ours", url, "sc", n, 4, probs, model, 384)
     right = {
         side: [ds.grade(p, r["text"]) for p, r in zip(ds.problems, out["results"], strict=True)]
         for side, out in (("ours", ours), ("its_hub", theirs))
@@ -226,18 +235,6 @@ async def quality(count: int, n: int) -> dict[str, Any]:
         "tokens_its_hub": sum(r["tokens"] for r in theirs["results"]),
         "wall_ratio_vs_its_hub": ours["wall_s"] / theirs["wall_s"],
     }
-
-
-def run_worker_model(python: str, side: str, url: str, model: str, n: int, probs: list) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        pfile, ofile = Path(tmp) / "p.json", Path(tmp) / "o.json"
-        pfile.write_text(json.dumps(probs))
-        cmd = [python, str(WORKER), "--side", side, "--url", url, "--model", model,
-               "--method", "sc", "--n", str(n), "--concurrency", "4", "--max-tokens", "384",
-               "--problems", str(pfile), "--out", str(ofile)]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if side == "ours" else None
-        subprocess.run(cmd, check=True, env=env)
-        return json.loads(ofile.read_text())
 
 
 def main() -> None:

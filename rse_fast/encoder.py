@@ -61,6 +61,12 @@ def _make_session(path: Path, providers: str | Sequence[str], threads: int | Non
     return ort.InferenceSession(str(path), opts, providers=list(providers))
 
 
+def _checked(texts: Sequence[str], caller: str) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError(f"{caller}() takes a sequence of str, not a single str")
+    return [_clean(t, i) for i, t in enumerate(texts)]
+
+
 def _settle(
     future: asyncio.Future[np.ndarray], value: np.ndarray | None, error: BaseException | None
 ) -> None:
@@ -154,9 +160,7 @@ class Encoder:
         self._embed_uncached(["warm up"])
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        if isinstance(texts, str):
-            raise TypeError("encode() takes a sequence of str, not a single str")
-        clean = [_clean(t, i) for i, t in enumerate(texts)]
+        clean = _checked(texts, "encode")
         with self._lock:
             return self._encode_clean(clean)
 
@@ -186,9 +190,7 @@ class Encoder:
         run together as one length-sorted batch as soon as it frees up (no waiting window,
         so a lone call pays nothing), and a burst of small calls costs a few efficient
         batches instead of one pass each."""
-        if isinstance(texts, str):
-            raise TypeError("aencode() takes a sequence of str, not a single str")
-        clean = [_clean(t, i) for i, t in enumerate(texts)]
+        clean = _checked(texts, "aencode")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[np.ndarray] = loop.create_future()
         with self._pending_lock:

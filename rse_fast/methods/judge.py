@@ -147,10 +147,16 @@ class DistinctScorer:
     reused: int = 0
     garbage: int = 0
     _scores: dict[tuple[str, bool], asyncio.Future[float]] = field(default_factory=dict)
+    _claimed: set[tuple[str, bool]] = field(default_factory=set)
 
-    def knows(self, text: str, partial: bool = False) -> bool:
-        """Whether judging ``text`` now would reuse a score (given or still coming): free."""
-        return (normalise(text), partial) in self._scores
+    def claim(self, text: str, partial: bool = False) -> bool:
+        """Book ``text`` for judging now (before its ``score`` call runs): True if it is the
+        first of its kind, so its judging will be a real call; False if it will be a reuse."""
+        key = (normalise(text), partial)
+        if key in self._claimed:
+            return False
+        self._claimed.add(key)
+        return True
 
     async def score(
         self, text: str, *, partial: bool = False, seed: int | None = None, task: str | None = None

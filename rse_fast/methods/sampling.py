@@ -26,7 +26,7 @@ from rse_fast.methods.base import (
     in_waves,
     prompt_cost,
 )
-from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier, normalise
+from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.prompts import fusion_messages
 
 #: Judge prompt tokens beyond the problem and the response (template, instructions) and its
@@ -241,7 +241,6 @@ class BestOfN(Method):
         judge_guess = per_sample + JUDGE_OVERHEAD_TOKENS
         judging: list[asyncio.Task[None]] = []
         calling: list[asyncio.Task[None]] = []  # the judgings that make a real call
-        started: list[Candidate] = []  # sampled, judging scheduled (maybe not yet begun)
 
         def judge_cost() -> float:
             """What one real judge call costs, measured (reuses are free and not held)."""
@@ -257,13 +256,10 @@ class BestOfN(Method):
 
         async def unit(i: int) -> Candidate:
             cand = await sample(self, c, problem, i)
-            reuse = scorer.knows(cand.text) or any(
-                normalise(p.text) == normalise(cand.text) for p in started
-            )
-            started.append(cand)
+            real = scorer.claim(cand.text)
             task = asyncio.ensure_future(self._judge(c, scorer, cand, i))
             judging.append(task)
-            if not reuse:
+            if real:
                 calling.append(task)
             return cand
 

@@ -44,6 +44,16 @@ class Path:
         return "\n\n".join(self.steps)
 
 
+@dataclass
+class _Run:
+    """What every call of one search run shares: its client view, scorer, task and budget."""
+
+    c: LLMClient
+    scorer: DistinctScorer
+    problem: Problem
+    spend: Spend
+
+
 def is_final(step: str, open_ended: bool) -> bool:
     return END_MARK in step if open_ended else extract_boxed(step) is not None
 
@@ -72,25 +82,10 @@ class _Stepwise(Method):
             step_tokens,
         )
 
-    async def _judged(self, c: LLMClient, scorer: DistinctScorer, path: Path, seed: int) -> Path:
-        before = c.ledger.total_tokens
-        score = await scorer.score(path.text, partial=not path.finished, seed=seed)
-        path.score = score if score == score else float("-inf")
-        path.cost += c.ledger.total_tokens - before
-        return path
-
-    async def _grow(
-        self,
-        c: LLMClient,
-        scorer: DistinctScorer,
-        problem: Problem,
-        path: Path,
-        seed: int,
-        *,
-        finish: bool,
-    ) -> Path:
+    async def _grow(self, run: _Run, path: Path, seed: int, *, finish: bool = False) -> Path:
         """One call that adds the next step to ``path`` or (``finish``) writes the rest of it
-        to its end; the new path is judged."""
+        to its end; the new path is judged (each distinct path once per run)."""
+        c, problem = run.c, run.problem
         build = finish_messages if finish else next_step_messages
         res = await c.chat(
             build(problem.transcript, path.steps, problem.open_ended),
@@ -105,17 +100,11 @@ class _Stepwise(Method):
             cost=path.cost + res.usage.total_tokens,
             finished=finish or is_final(text, problem.open_ended),
         )
-        return await self._judged(c, scorer, new, seed)
-
-    async def _extend(
-        self, c: LLMClient, scorer: DistinctScorer, problem: Problem, path: Path, seed: int
-    ) -> Path:
-        return await self._grow(c, scorer, problem, path, seed, finish=False)
-
-    async def _finish(
-        self, c: LLMClient, scorer: DistinctScorer, problem: Problem, path: Path, seed: int
-    ) -> Path:
-        return await self._grow(c, scorer, problem, path, seed, finish=True)
+        before = c.ledger.total_tokens
+        score = await run.scorer.score(new.text, partial=not new.finished, seed=seed)
+        new.score = score if score == score else float("-inf")
+        new.cost += c.ledger.total_tokens - before
+        return new
 
     def _paths(self) -> int:
         """How many paths one full-size search carries."""
@@ -135,15 +124,7 @@ class _Stepwise(Method):
         levels = max(1, 3 - depth)
         return max(1, min(cap, spend.units_left(per_path_level * levels)))
 
-    async def _search(
-        self,
-        c: LLMClient,
-        scorer: DistinctScorer,
-        problem: Problem,
-        spend: Spend,
-        tree: int,
-        n: int,
-    ) -> tuple[list[Path], list[Path], int]:
+    async def _search(self, run: _Run, tree: int, n: int) -> tuple[list[Path], list[Path], int]:
         raise NotImplementedError
 
     def _forget_costs(self) -> None:
@@ -165,6 +146,7 @@ class _Stepwise(Method):
         # finishing is held back only until some path has finished on its own
         spend = Spend(c.ledger, budget, reserve=lambda: 0.0 if finished else self._finish_reserve())
         self._forget_costs()
+        state = _Run(c, scorer, problem, spend)
         frontier: list[Path] = []
         # Size the first search from a pessimistic guess (every step at its token cap, three
         # levels); later searches use what the previous one really cost per path.
@@ -172,7 +154,7 @@ class _Stepwise(Method):
         depth, tree, n = 0, 0, max(1, min(self._paths(), spend.units_left(guess)))
         while n > 0:
             before = spend.spent
-            done, frontier, d = await self._search(c, scorer, problem, spend, tree, n)
+            done, frontier, d = await self._search(state, tree, n)
             finished += done
             depth = max(depth, d)
             tree += 1
@@ -182,20 +164,13 @@ class _Stepwise(Method):
             n = min(self._paths(), spend.units_left(per_path))
             if n == 0 and self._per_ext and spend.units_left(self._per_ext) >= 1:
                 n = 1  # a last, partial search: its extensions are trimmed to the budget
-        completed = await self._complete(c, scorer, problem, budget, finished, frontier, tree)
+        completed = await self._complete(state, budget, finished, frontier, tree)
         result = self._result(budget, finished + completed, c.ledger, depth, scorer)
         result.meta.update(searches=tree, completed_open_paths=len(completed))
         return result
 
     async def _complete(
-        self,
-        c: LLMClient,
-        scorer: DistinctScorer,
-        problem: Problem,
-        budget: int,
-        finished: list[Path],
-        frontier: list[Path],
-        tree: int,
+        self, run: _Run, budget: int, finished: list[Path], frontier: list[Path], tree: int
     ) -> list[Path]:
         """Finish the best open paths the rest of the budget pays for (at least one when no
         path finished, so there is always a complete output)."""
@@ -203,16 +178,13 @@ class _Stepwise(Method):
             return []
         ranked = sorted(frontier, key=lambda p: -p.score)
         per = max(1.0, self._finish_reserve())
-        count = min(len(ranked), Spend(c.ledger, budget).units_left(per))
+        count = min(len(ranked), Spend(run.c.ledger, budget).units_left(per))
         if not finished:
             count = max(1, count)
         seeds = [self.seed + 100_000 * tree + 500_000 + k for k in range(count)]
         return list(
             await asyncio.gather(
-                *(
-                    self._finish(c, scorer, problem, p, s)
-                    for p, s in zip(ranked, seeds, strict=False)
-                )
+                *(self._grow(run, p, s, finish=True) for p, s in zip(ranked, seeds, strict=False))
             )
         )
 
@@ -247,15 +219,8 @@ class BeamSearch(_Stepwise):
     def _paths(self) -> int:
         return self.width
 
-    async def _search(
-        self,
-        c: LLMClient,
-        scorer: DistinctScorer,
-        problem: Problem,
-        spend: Spend,
-        tree: int,
-        n: int,
-    ) -> tuple[list[Path], list[Path], int]:
+    async def _search(self, run: _Run, tree: int, n: int) -> tuple[list[Path], list[Path], int]:
+        spend = run.spend
         beams, finished = [Path()], []
         depth = 0
         while beams and depth < self.max_depth:
@@ -266,12 +231,8 @@ class BeamSearch(_Stepwise):
             before = spend.spent
             children = await asyncio.gather(
                 *(
-                    self._extend(
-                        c,
-                        scorer,
-                        problem,
-                        beams[b],
-                        self.seed + 100_000 * tree + 1000 * depth + 10 * b + e,
+                    self._grow(
+                        run, beams[b], self.seed + 100_000 * tree + 1000 * depth + 10 * b + e
                     )
                     for b, e in pairs
                 )
@@ -335,15 +296,8 @@ class ParticleFilter(_Stepwise):
     def _paths(self) -> int:
         return max(2, self.width * self.expand)
 
-    async def _search(
-        self,
-        c: LLMClient,
-        scorer: DistinctScorer,
-        problem: Problem,
-        spend: Spend,
-        tree: int,
-        n: int,
-    ) -> tuple[list[Path], list[Path], int]:
+    async def _search(self, run: _Run, tree: int, n: int) -> tuple[list[Path], list[Path], int]:
+        spend = run.spend
         rng = random.Random(self.seed + tree)
         particles, finished = [Path() for _ in range(n)], []
         depth = 0
@@ -355,9 +309,7 @@ class ParticleFilter(_Stepwise):
             before = spend.spent
             moved = await asyncio.gather(
                 *(
-                    self._extend(
-                        c, scorer, problem, p, self.seed + 100_000 * tree + 1000 * depth + k
-                    )
+                    self._grow(run, p, self.seed + 100_000 * tree + 1000 * depth + k)
                     for k, p in enumerate(particles)
                 )
             )
