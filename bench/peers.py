@@ -237,10 +237,21 @@ async def quality(count: int, n: int) -> dict[str, Any]:
     }
 
 
+def load_previous(name: str) -> dict[str, Any]:
+    """The last committed result of this benchmark (so one part can be re-run alone)."""
+    path = HERE / "results" / f"{name}.json"
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-quality", action="store_true")
+    ap.add_argument(
+        "--quality-only",
+        action="store_true",
+        help="run only the quality part, keeping the grid already in results/peers.json",
+    )
     ap.add_argument("--quality-problems", type=int, default=40)
     args = ap.parse_args()
     started = time.perf_counter()
@@ -248,8 +259,15 @@ def main() -> None:
         rows = asyncio.run(overhead([8], [4, 32], 5))
         path = write_result("peers_quick", {**summary(rows), "quick": True})
     else:
-        result = summary(asyncio.run(overhead([8, 32], [4, 32], 20)))
-        if not args.skip_quality:
+        previous = load_previous("peers")
+        if args.quality_only:
+            result = {k: v for k, v in previous.items() if k not in ("machine", "measured_at")}
+        else:
+            result = summary(asyncio.run(overhead([8, 32], [4, 32], 20)))
+        if args.skip_quality:
+            if "quality" in previous:
+                result["quality"] = previous["quality"]
+        else:
             result["quality"] = asyncio.run(quality(args.quality_problems, 4))
         path = write_result("peers", result)
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")

@@ -210,6 +210,40 @@ async def test_each_distinct_candidate_is_judged_once():
     assert all(p.scores["judge"] == 7 for p in res.pool)
 
 
+async def test_best_of_n_plans_waves_with_free_duplicate_judging():
+    """Three distinct replies in turn: after one run the method knows most samples are judged
+    free, so 8 samples at 4 calls in flight go out in two full waves (not priced as if each
+    brought a judge call, which split the last samples into small extra waves): 11 calls in
+    three layers, as few as 4 slots allow."""
+    latency = 0.2
+    turn = iter(range(10**6))
+
+    def cycle(body: dict, index: int) -> str:
+        if is_judge(body):
+            return json.dumps({"score": 8 if "{42}" in str(body["messages"][-1]) else 4})
+        k = next(turn) % 3
+        return f"Variant {k}: \\boxed{{{('42', '41', '42')[k]}}}"
+
+    async with ScriptedServer(default_reply=cycle, latency=latency) as srv:
+        async with LLMClient(srv.base_url, "m", max_concurrency=4) as c:
+            method = make_method("bon", parallel=4, max_tokens=64)
+            warm = await make_method("bon", max_tokens=64).run(Problem("p", PROBLEM, GOLD), 2000, c)
+            sample = [r.total_tokens for r in warm.ledger.records if r.role == "explore"]
+            judge = [
+                r.total_tokens
+                for r in warm.ledger.records
+                if r.role == "judge" and r.usage_source != "reused"
+            ]
+            budget = int(8 * sum(sample) / len(sample) + 3 * sum(judge) / len(judge))
+            await method.run(Problem("p", PROBLEM, GOLD), budget, c)
+            started = time.perf_counter()
+            res = await method.run(Problem("p", PROBLEM, GOLD), budget, c)
+            wall = time.perf_counter() - started
+    assert len(res.pool) == 8 and res.meta["judge_calls"] == 3
+    assert abs(res.budget_error) <= 0.10
+    assert wall < 3.7 * latency, wall
+
+
 async def test_self_consistency_early_stop_saves_tokens():
     def unanimous(body: dict, index: int) -> str:
         return "Clearly \\boxed{42}"

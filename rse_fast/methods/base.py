@@ -168,13 +168,16 @@ async def in_waves(
     early: EarlyStop | None = None,
     count_reserve: bool = False,
     start: int = 0,
+    fits: Callable[[int], int] | None = None,
 ) -> list[T]:
     """Run ``unit(i)`` in parallel waves until the budget is spent (or ``limit`` units ran).
 
     The first wave goes out at once, sized from ``first_cost`` (an estimate from the prompt's
     length and the completion cap or a prior: no solo probe call on the critical path); each
     later wave is sized from what the waves so far really cost (``count_reserve``: counting
-    what the reserve holds for work the units started and left running). At least
+    what the reserve holds for work the units started and left running). A method whose units
+    do not cost alike passes ``fits(done)``: how many more units its own cost model says the
+    budget buys once ``done`` have run (it then replaces the per-unit price). At least
     ``minimum`` units run whatever the budget says. Units are numbered from ``start``."""
 
     def committed() -> float:
@@ -183,7 +186,8 @@ async def in_waves(
     out: list[T] = []
     cost = max(1.0, first_cost)
     while True:
-        n = max(spend.units_left(cost), minimum - len(out))
+        n = fits(len(out)) if fits is not None else spend.units_left(cost)
+        n = max(n, minimum - len(out))
         if limit is not None:
             n = min(n, limit - len(out))
         if n <= 0:
@@ -223,6 +227,11 @@ async def _until_settled(
             fut.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+def blend(prior: float | None, measured: float) -> float:
+    """A prior moved halfway to the latest measurement (the measurement when there is none)."""
+    return measured if prior is None else (prior + measured) / 2
 
 
 def prompt_cost(client: LLMClient, messages: list[Message]) -> int:
@@ -282,10 +291,8 @@ class Method(abc.ABC):
         if not lengths or estimate <= 0:
             return
         measured = min(float(self.max_tokens), sum(lengths) / len(lengths))
-        prior = self.completion_prior
-        self.completion_prior = measured if prior is None else (prior + measured) / 2
-        ratio = spent / len(pool) / estimate
-        self.cost_ratio = ratio if self.cost_ratio is None else (self.cost_ratio + ratio) / 2
+        self.completion_prior = blend(self.completion_prior, measured)
+        self.cost_ratio = blend(self.cost_ratio, spent / len(pool) / estimate)
 
     @abc.abstractmethod
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:

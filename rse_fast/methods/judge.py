@@ -149,6 +149,11 @@ class DistinctScorer:
     _scores: dict[tuple[str, bool], asyncio.Future[float]] = field(default_factory=dict)
     _claimed: set[tuple[str, bool]] = field(default_factory=set)
 
+    @property
+    def distinct(self) -> int:
+        """Candidates booked for a real judge call so far."""
+        return len(self._claimed)
+
     def claim(self, text: str, partial: bool = False) -> bool:
         """Book ``text`` for judging now (before its ``score`` call runs): True if it is the
         first of its kind, so its judging will be a real call; False if it will be a reuse."""

@@ -23,6 +23,7 @@ from rse_fast.methods.base import (
     Problem,
     Spend,
     best_index,
+    blend,
     in_waves,
     prompt_cost,
 )
@@ -223,6 +224,8 @@ class BestOfN(Method):
             raise ValueError(f"selection must be 'best' or 'weighted', got {selection!r}")
         self.judge: Verifier = judge or LLMJudge()
         self.selection = selection
+        self.distinct_prior: float | None = None  # judged ÷ sampled in earlier runs
+        self.judge_ratio: float | None = None  # a judge call's cost ÷ its estimate, earlier runs
 
     async def _judge(self, c: LLMClient, scorer: DistinctScorer, cand: Candidate, i: int) -> None:
         before = _task_tokens(c.ledger, f"c{i}")
@@ -231,8 +234,9 @@ class BestOfN(Method):
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
         """Samples go out in waves; each sample's judging starts when it lands and runs
-        alongside the next wave (judging never holds a wave back). The judging still in
-        flight is held back from the budget at the judge cost measured so far."""
+        alongside the next wave (judging never holds a wave back). Waves are sized by a cost
+        model with two parts: samples at their measured cost, and one judge call per distinct
+        candidate, the distinct share taken from earlier runs (duplicates are judged free)."""
         if problem.open_ended and self.selection == "weighted":
             raise ValueError("score-weighted voting needs final answers: use selection='best'")
         c = client.with_ledger(Ledger())
@@ -240,53 +244,71 @@ class BestOfN(Method):
         per_sample = sample_cost(self, c, problem)
         judge_guess = per_sample + JUDGE_OVERHEAD_TOKENS
         judging: list[asyncio.Task[None]] = []
-        calling: list[asyncio.Task[None]] = []  # the judgings that make a real call
 
-        def judge_cost() -> float:
-            """What one real judge call costs, measured (reuses are free and not held)."""
+        def mean_tokens(role: str, default: float) -> float:
+            """A call's measured cost in this run (reuses are free and not counted)."""
             done = [
                 r.total_tokens
                 for r in c.ledger.records
-                if r.role == "judge" and r.usage_source != "reused"
+                if r.role == role and r.usage_source != "reused"
             ]
-            return sum(done) / len(done) if done else self.planned_cost(judge_guess)
+            return sum(done) / len(done) if done else default
 
-        def in_flight() -> float:
-            return sum(1 for t in calling if not t.done()) * judge_cost()
+        def fits(done: int) -> int:
+            """More samples the budget buys: n samples cost n·s plus a judge call for each
+            of max(distinct so far, distinct share × n) candidates; n nearest to the budget.
+            The share is the earlier runs' (this run's own once it has samples and no prior:
+            it falls as duplicates come, never assuming fewer than it has seen)."""
+            s = max(1.0, mean_tokens("explore", self.planned_cost(per_sample)))
+            # a judge call reads the problem and one response: before one has been measured,
+            # a sample's cost plus the judge's own template and reply
+            fresh = s + JUDGE_OVERHEAD_TOKENS
+            j = mean_tokens("judge", judge_guess * self.judge_ratio if self.judge_ratio else fresh)
+            share = self.distinct_prior
+            if share is None:
+                share = scorer.distinct / done if done else 1.0
+
+            def total(n: int) -> float:
+                return n * s + j * max(scorer.distinct, share * n)
+
+            n = done
+            while abs(total(n + 1) - budget) <= abs(total(n) - budget):
+                n += 1
+            return n - done
 
         async def unit(i: int) -> Candidate:
             cand = await sample(self, c, problem, i)
-            real = scorer.claim(cand.text)
-            task = asyncio.ensure_future(self._judge(c, scorer, cand, i))
-            judging.append(task)
-            if real:
-                calling.append(task)
+            scorer.claim(cand.text)
+            judging.append(asyncio.ensure_future(self._judge(c, scorer, cand, i)))
             return cand
 
-        estimate = per_sample + judge_guess
-        spend = Spend(c.ledger, budget, reserve=in_flight)
+        spend = Spend(c.ledger, budget)
         pool: list[Candidate] = []
-        cost = self.planned_cost(estimate)
         try:
-            while True:  # waves stop while judging holds budget back: settle it, go on if room
+            while True:  # the last waves' judging settles the judge cost: go on if room
                 got = await in_waves(
                     unit,
                     spend,
-                    cost,
+                    per_sample,
                     self.parallel,
                     minimum=0 if pool else 1,
-                    count_reserve=True,
                     start=len(pool),
+                    fits=fits,
                 )
                 pool += got
                 await asyncio.gather(*judging)
-                cost = spend.spent / len(pool)
-                if not got or spend.units_left(cost) < 1:
+                if not got or fits(len(pool)) < 1:
                     break
         finally:
             for t in judging:
                 t.cancel()
-        self.learn(pool, estimate, c.ledger.total_tokens)
+        sampled = sum(r.total_tokens for r in c.ledger.records if r.role == "explore")
+        self.learn(pool, per_sample, sampled)
+        if pool:
+            self.distinct_prior = blend(self.distinct_prior, scorer.distinct / len(pool))
+        if scorer.calls:
+            ratio = mean_tokens("judge", judge_guess) / judge_guess
+            self.judge_ratio = blend(self.judge_ratio, ratio)
         result = await off_loop(self._select, pool, budget, c.ledger)
         result.meta.update(judge_calls=scorer.calls, judge_reused=scorer.reused)
         return result
