@@ -12,7 +12,7 @@ from rse_fast.answers import (
     majority_vote,
     normalize_answer,
 )
-from rse_fast.rse.distill import clean_statement, parse_distillation
+from rse_fast.rse.distill import ItemScanner, clean_statement, item_statement, parse_distillation
 
 
 @pytest.mark.parametrize(
@@ -85,3 +85,54 @@ def test_parse_distillation_variants():
 def test_clean_statement_truncates_at_a_word():
     s = clean_statement("1. " + "alpha " * 50, 40)
     assert len(s) <= 40 and s.endswith("…") and not s.startswith("1.")
+
+
+STREAMED = {
+    "propositions": [
+        {"statement": 'Say "6 x 7 = 42" {braces} [and brackets]', "conditions": "-", "source": "s"},
+        {"statement": "Seven sixes make forty-two", "conditions": "always", "source": "table"},
+        "A plain string item",
+    ],
+    "pitfalls": [
+        {
+            "context": "times tables",
+            "kind": "arithmetic",
+            "trigger": "rushing",
+            "action": "wrote 48 for 6 x 7",
+            "consequence": "a wrong final answer",
+        },
+        {"not": "a pitfall"},
+    ],
+}
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 17, 10_000])
+def test_item_scanner_hands_over_each_item_as_it_closes(step):
+    text = "Sure:\n```json\n" + json.dumps(STREAMED, indent=2) + "\n```\nDone."
+    scanner, got, closed_at = ItemScanner(), [], []
+    for k in range(0, len(text), step):
+        for pair in scanner.feed(text[k : k + step]):
+            got.append(pair)
+            closed_at.append(k + step)
+    items = STREAMED["propositions"] + STREAMED["pitfalls"]
+    assert [v for _, v in got] == items
+    assert [key for key, _ in got] == ["propositions"] * 3 + ["pitfalls"] * 2
+    if step < 100:  # handed over before the reply ended, not all at the end
+        assert closed_at[0] < len(text) // 2
+
+
+def test_item_scanner_skips_an_item_that_does_not_parse():
+    scanner = ItemScanner()
+    got = scanner.feed('{"pitfalls": [{"action": nope}, {"action": "real"}]}')
+    assert got == [("pitfalls", {"action": "real"})]
+
+
+def test_streamed_statements_are_those_the_final_parse_keeps():
+    """What is embedded early is rendered by the same rules as the final parse, so a whole
+    reply's statements are all found early (the malformed pitfall is dropped by both)."""
+    text = json.dumps(STREAMED)
+    final = parse_distillation(text, 8, 200)
+    assert final is not None
+    early = [item_statement(k, v, 200) for k, v in ItemScanner().feed(text)]
+    assert [t for t in early if t] == final.positive + final.negative
+    assert item_statement("notes", "something", 200) is None

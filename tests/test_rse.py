@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from conftest import threaded_server
@@ -184,6 +185,61 @@ async def test_server_rejecting_json_schema_falls_back_to_tolerant_parsing(encod
     # from then on it is never sent again
     assert 1 <= sum(bool(b.get("response_format")) for b in distills) <= 4
     assert not any(b.get("response_format") for b in distills[4:])
+
+
+class TimedEncoder:
+    """The real encoder, noting when each ``aencode`` call starts and what it was given."""
+
+    def __init__(self, inner: Encoder) -> None:
+        self.inner, self.calls = inner, []
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    async def aencode(self, texts):
+        self.calls.append((time.perf_counter(), list(texts)))
+        return await self.inner.aencode(texts)
+
+
+async def test_streamed_distillation_embeds_statements_while_the_reply_streams(encoder):
+    """Each statement goes to the encoder as its item closes: the first embedding starts
+    well before the distillation's stream ends, and the bank is the one a plain call builds."""
+    rate = 60.0  # tokens (words) per second
+    distill_started: list[tuple[float, int]] = []
+
+    def timed(body, index):
+        text = reply(body, index)
+        if is_distill(body):
+            distill_started.append((time.perf_counter(), len(text.split())))
+        return text
+
+    banks = {}
+    for streamed in (True, False):
+        timed_encoder = TimedEncoder(encoder)
+        async with ScriptedServer(default_reply=timed, stream_tokens_per_s=rate) as srv:
+            rse = RSE(
+                LLMClient(srv.base_url, "scripted", retry=FAST),
+                timed_encoder,  # type: ignore[arg-type]
+                RSEConfig(rounds=1, k=1, stream_distill=streamed),
+            )
+            async with rse.client:
+                result = await rse.solve(PROBLEM)
+        banks[streamed] = [
+            (d.text, d.kind, d.accepted, d.matched, round(d.similarity or 0.0, 4))
+            for d in result.rounds[0].decisions
+        ]
+        rollout = result.rounds[0].rollouts[0]
+        statements = len(rollout.positive) + len(rollout.negative)
+        assert statements == 3
+        if streamed:
+            began, words = distill_started[-1]
+            first_call, texts = timed_encoder.calls[0]
+            assert len(texts) == 1  # one item, embedded on its own as it closed
+            assert first_call - began < 0.6 * words / rate, (first_call - began, words / rate)
+            assert rollout.embedded_early == statements
+        else:
+            assert rollout.embedded_early == 0 and len(timed_encoder.calls) == 1
+    assert banks[True] == banks[False] and result.bank_sizes["positive"] == 2
 
 
 def test_sync_solve_and_config_validation(encoder):

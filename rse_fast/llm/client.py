@@ -240,6 +240,25 @@ class LLMClient:
                 state.supports_schema = False
         return await self.chat(messages, **params)
 
+    async def stream_json(
+        self, messages: Sequence[Message], schema: dict[str, Any], **params: Any
+    ) -> AsyncIterator[StreamEvent]:
+        """``stream`` with JSON-schema constrained output where the server has it, falling
+        back as ``chat_json`` does (a rejection comes before the first event, so nothing
+        has been yielded when it is asked again)."""
+        state = self.pool.pick()
+        if state.supports_schema is not False:
+            try:
+                async for event in self.stream(messages, response_format=schema, **params):
+                    yield event
+                return
+            except LLMBadRequestError as exc:
+                if not exc.concerns(*SCHEMA_FIELDS):
+                    raise
+                state.supports_schema = False
+        async for event in self.stream(messages, **params):
+            yield event
+
     async def stream(
         self,
         messages: Sequence[Message],

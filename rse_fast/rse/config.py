@@ -38,6 +38,8 @@ class RSEConfig:
             (ranked by support, then recency; None: no per-type cap).
         use_json_schema: ask for JSON-schema constrained distillation output (servers that
             refuse it are asked without, and the reply parsed tolerantly).
+        stream_distill: stream distillation replies and embed each statement as soon as its
+            item closes, so embedding overlaps the distillation (False: one plain call).
         dedup_order: candidates visited by ``rollout`` (index, then position), ``longest``
             first (the reference's order) or ``shortest`` first; ties by (rollout, position).
         dedup_policy: ``keep-first`` or ``replace-longer`` (a longer near-duplicate replaces
@@ -72,6 +74,7 @@ class RSEConfig:
     max_rendered_per_type: int | None = None
     bank_token_budget: int = 1000
     use_json_schema: bool = True
+    stream_distill: bool = True
     dedup_order: Literal["rollout", "longest", "shortest"] = "rollout"
     dedup_policy: Literal["keep-first", "replace-longer"] = "keep-first"
     dedup: bool = True

@@ -6,11 +6,14 @@ Structured items (a proposition's statement, conditions and source; a pitfall's 
 trigger, action and consequence) become one line each; plain strings are kept as they are.
 Anything that still yields no lists is *unparseable*: counted by the caller, never fatal.
 Statements that only restate the problem or the distiller's own instructions carry nothing and
-are dropped (counted as echoes).
+are dropped (counted as echoes). A streamed reply is read as it arrives by :class:`ItemScanner`,
+which hands over each list item the moment its JSON closes (so it can be embedded while the
+rest is still being written); the whole reply is then parsed as above, the authority.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -201,3 +204,85 @@ def parse_distillation(
         return out[:max_items]
 
     return Distilled(tidy(pos), tidy(neg), echoes)
+
+
+def item_statement(key: str, item: Any, max_chars: int, problem: str | None = None) -> str | None:
+    """The statement one list item of a reply becomes under ``parse_distillation``'s rules
+    (None when its key is no experience list, or it is empty or an echo)."""
+    key = key.lower()
+    if key not in POSITIVE_KEYS and key not in NEGATIVE_KEYS:
+        return None
+    found = _as_texts([item], key in POSITIVE_KEYS, problem)
+    if not found or not found[0]:
+        return None
+    c = clean_statement(found[0][0], max_chars)
+    if not c or (problem is not None and is_echo(c, problem)):
+        return None
+    return c
+
+
+class ItemScanner:
+    """Reads a JSON object as it streams in and returns each item of its top-level lists
+    (``{"propositions": [{...}, ...], ...}``) as soon as the item's closing brace or quote
+    arrives. Text before the object (prose, a code fence) is skipped; an item that does not
+    parse is skipped too (the final parse of the whole reply decides)."""
+
+    def __init__(self) -> None:
+        self._text = ""  # from the start of the open item or string on (the rest is read)
+        self._pos = 0  # characters of ``_text`` consumed so far
+        self._stack: list[str] = []
+        self._in_str = self._escaped = False
+        self._str_start = -1
+        self._last_key = ""  # the last string closed at the object's top level
+        self._list_key = ""  # the key of the list being read
+        self._item_start = -1
+
+    def feed(self, chunk: str) -> list[tuple[str, Any]]:
+        """Consume ``chunk``; the (list key, item) pairs it completed, in order."""
+        text = self._text + chunk
+        done: list[tuple[str, Any]] = []
+        stack = self._stack
+        for i in range(self._pos, len(text)):
+            ch = text[i]
+            if self._in_str:
+                if self._escaped:
+                    self._escaped = False
+                elif ch == "\\":
+                    self._escaped = True
+                elif ch == '"':
+                    self._in_str = False
+                    if len(stack) == 1:
+                        self._last_key = text[self._str_start + 1 : i]
+                    elif stack == ["{", "["] and self._item_start == self._str_start:
+                        self._emit(text, i, done)
+                continue
+            if ch == '"':
+                if not stack:
+                    continue  # prose before the object
+                self._in_str, self._str_start = True, i
+                if stack == ["{", "["]:
+                    self._item_start = i
+            elif ch in "{[":
+                if not stack and ch == "[":
+                    continue
+                if stack == ["{", "["]:
+                    self._item_start = i
+                elif stack == ["{"] and ch == "[":
+                    self._list_key = self._last_key
+                stack.append(ch)
+            elif ch in "}]" and stack:
+                stack.pop()
+                if stack == ["{", "["] and self._item_start >= 0:
+                    self._emit(text, i, done)
+        opened = [k for k in (self._item_start, self._str_start if self._in_str else -1) if k >= 0]
+        keep = min(opened, default=len(text))
+        self._text, self._pos = text[keep:], len(text) - keep
+        if self._item_start >= 0:
+            self._item_start -= keep
+        self._str_start -= keep
+        return done
+
+    def _emit(self, text: str, end: int, done: list[tuple[str, Any]]) -> None:
+        with contextlib.suppress(ValueError):  # the final parse of the whole reply decides
+            done.append((self._list_key, json.loads(text[self._item_start : end + 1])))
+        self._item_start = -1

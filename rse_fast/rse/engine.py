@@ -28,7 +28,7 @@ from rse_fast.prompts import distill_messages, distill_schema, solve_messages
 from rse_fast.rse.bank import Decision, Experience, ExperienceBank
 from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
-from rse_fast.rse.distill import Distilled, parse_distillation
+from rse_fast.rse.distill import Distilled, ItemScanner, item_statement, parse_distillation
 from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
 from rse_fast.sync import run_sync
 
@@ -311,7 +311,13 @@ class RSE:
             rec.correct = await off_loop(answers_equivalent, rec.answer, gold)
         counters["rollouts"] += 1
         report()
-        parsed = await self._distill(problem, rec, r, seed)
+        early: dict[str, asyncio.Future[np.ndarray]] = {}
+        try:
+            parsed = await self._distill(problem, rec, r, seed, early)
+        except BaseException:
+            for f in early.values():
+                f.cancel()
+            raise
         returned = time.perf_counter()
         counters["distills"] += 1
         if parsed is None:
@@ -325,15 +331,38 @@ class RSE:
             for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
             for p, t in enumerate(texts)
         ]
-        vectors = await self.encoder.aencode([c.text for c in cands]) if cands else None
+        vectors = await self._vectors([c.text for c in cands], early) if cands else None
+        rec.embedded_early = sum(1 for c in cands if c.text in early)
         report()
         return _Outcome(rec, cands, vectors, returned, time.perf_counter())
 
+    async def _vectors(
+        self, texts: list[str], early: dict[str, asyncio.Future[np.ndarray]]
+    ) -> np.ndarray:
+        """Embeddings of ``texts``: those started while the distillation streamed, the rest
+        in one call; early ones the final parse did not keep are dropped."""
+        rest = [t for t in texts if t not in early]
+        later = self.encoder.aencode(rest) if rest else None
+        got = dict(zip(rest, await later, strict=True)) if later is not None else {}
+        for t in texts:
+            if t in early:
+                got[t] = (await early[t])[0]
+        for t, f in early.items():
+            if t not in got:
+                f.cancel()
+        return np.stack([got[t] for t in texts])
+
     async def _distill(
-        self, problem: str, rec: RolloutRecord, r: int, seed: int | None
+        self,
+        problem: str,
+        rec: RolloutRecord,
+        r: int,
+        seed: int | None,
+        early: dict[str, asyncio.Future[np.ndarray]],
     ) -> Distilled | None:
         """Distil one rollout, asking again (new seed) while the reply does not parse, up to
-        ``distill_retries`` times. Sets ``rec.distill`` to failed/unparseable when it gives up."""
+        ``distill_retries`` times. Sets ``rec.distill`` to failed/unparseable when it gives up.
+        Streamed, each statement's embedding starts as its item closes (into ``early``)."""
         cfg = self.config
         client = (
             self.distill_client.with_ledger(self.client.ledger)
@@ -368,16 +397,19 @@ class RSE:
             rec.distill_tries += 1
             params["seed"] = None if seed is None else seed + 7919 * attempt
             try:
-                reply = await (
-                    client.chat_json(messages, schema, **params)
-                    if schema is not None
-                    else client.chat(messages, **params)
-                )
+                if cfg.stream_distill:
+                    text = await self._streamed_reply(
+                        client, problem, messages, schema, params, early
+                    )
+                elif schema is not None:
+                    text = (await client.chat_json(messages, schema, **params)).text
+                else:
+                    text = (await client.chat(messages, **params)).text
             except LLMError:
                 rec.distill = "failed"
                 return None
             parsed = parse_distillation(
-                reply.text,
+                text,
                 cfg.max_experiences_per_rollout,
                 cfg.max_chars_per_experience,
                 problem if cfg.drop_echoes else None,
@@ -386,6 +418,36 @@ class RSE:
                 return parsed
         rec.distill = "unparseable"
         return None
+
+    async def _streamed_reply(
+        self,
+        client: LLMClient,
+        problem: str,
+        messages: list[Message],
+        schema: dict[str, Any] | None,
+        params: dict[str, Any],
+        early: dict[str, asyncio.Future[np.ndarray]],
+    ) -> str:
+        """A distillation reply read as it streams; each statement (as the final parse will
+        render it) goes to the encoder the moment its item closes."""
+        cfg = self.config
+        events = (
+            client.stream_json(messages, schema, **params)
+            if schema is not None
+            else client.stream(messages, **params)
+        )
+        scanner, parts = ItemScanner(), []
+        async for event in events:
+            if not event.delta:
+                continue
+            parts.append(event.delta)
+            for key, item in scanner.feed(event.delta):
+                echo_of = problem if cfg.drop_echoes else None
+                text = item_statement(key, item, cfg.max_chars_per_experience, echo_of)
+                room = len(early) < 2 * cfg.max_experiences_per_rollout
+                if text and text not in early and room:
+                    early[text] = asyncio.ensure_future(self.encoder.aencode([text]))
+        return "".join(parts)
 
 
 def select_rounds(rounds: list[RoundResult], select_from: str) -> list[RoundResult]:

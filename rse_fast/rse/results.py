@@ -29,7 +29,8 @@ class RolloutRecord:
     extracted answer, and what its distillation produced. ``truncated``: cut off by the length
     limit (still distilled: its dead ends are real). ``distill_tries``: distillation calls made
     (retries after unparseable replies included); ``echoes``: statements dropped for only
-    restating the problem or the instructions."""
+    restating the problem or the instructions; ``embedded_early``: statements embedded while
+    their distillation was still streaming."""
 
     index: int
     text: str = ""
@@ -42,6 +43,7 @@ class RolloutRecord:
     distill: Literal["ok", "unparseable", "failed", "skipped"] = "skipped"
     distill_tries: int = 0
     echoes: int = 0
+    embedded_early: int = 0
     positive: list[str] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)
 
