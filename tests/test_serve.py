@@ -156,13 +156,17 @@ async def test_upstream_faults_become_typed_errors(fault, status, kind):
 async def test_metrics_count_requests_tokens_and_errors():
     async with ScriptedServer(default_reply=reply) as up, service(up) as (_, url):
         async with aiohttp.ClientSession() as s:
-            await (
-                await s.post(url + "/chat/completions", json={"model": "scripted", "messages": MSG})
-            ).read()
+            plain = {"model": "scripted", "messages": MSG}
+            first = await (await s.post(url + "/chat/completions", json=plain)).json()
+            streamed = {**plain, "stream": True, "stream_options": {"include_usage": True}}
+            async with s.post(url + "/chat/completions", json=streamed) as r:
+                events = [line async for line in r.content if line.startswith(b"data: {")]
             await (await s.post(url + "/chat/completions", data=b"{bad")).read()
             text = await (await s.get(url.removesuffix("/v1") + "/metrics")).text()
-    assert 'rse_fast_requests_total{method="passthrough",status="200"} 1' in text
-    assert 'rse_fast_tokens_total{role="passthrough"}' in text
+    stream_usage = json.loads(events[-1].removeprefix(b"data: "))["usage"]
+    tokens = first["usage"]["total_tokens"] + stream_usage["total_tokens"]
+    assert 'rse_fast_requests_total{method="passthrough",status="200"} 2' in text
+    assert f'rse_fast_tokens_total{{role="passthrough"}} {tokens}' in text
     assert 'rse_fast_errors_total{type="invalid_request_error"} 1' in text
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -44,6 +43,33 @@ class EndpointState:
         return self.endpoint.base_url
 
 
+class Slot:
+    """One concurrency slot of an endpoint, held for an ``async with`` block (a plain class:
+    every proxied request takes one, and a generator-based context manager costs more)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: EndpointState) -> None:
+        self.state = state
+
+    async def __aenter__(self) -> EndpointState:
+        state = self.state
+        if state.semaphore is None:
+            state.semaphore = asyncio.Semaphore(state.endpoint.max_concurrency)
+        state.outstanding += 1
+        try:
+            await state.semaphore.acquire()
+        except BaseException:
+            state.outstanding -= 1
+            raise
+        return state
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.state.semaphore is not None
+        self.state.semaphore.release()
+        self.state.outstanding -= 1
+
+
 class EndpointPool:
     """Routes each request to the healthy endpoint with the fewest outstanding requests.
 
@@ -76,18 +102,10 @@ class EndpointPool:
         tied = [s for s in healthy if s.outstanding == least]
         return tied[next(self._rr) % len(tied)]
 
-    @asynccontextmanager
-    async def slot(self, state: EndpointState | None = None) -> AsyncIterator[EndpointState]:
-        """Hold one concurrency slot of an endpoint (picked now unless given)."""
-        state = state or self.pick()
-        if state.semaphore is None:
-            state.semaphore = asyncio.Semaphore(state.endpoint.max_concurrency)
-        state.outstanding += 1
-        try:
-            async with state.semaphore:
-                yield state
-        finally:
-            state.outstanding -= 1
+    def slot(self, state: EndpointState | None = None) -> Slot:
+        """Hold one concurrency slot of an endpoint (picked now unless given):
+        ``async with pool.slot() as state``."""
+        return Slot(state or self.pick())
 
     def record_success(self, state: EndpointState) -> None:
         state.consecutive_failures = 0

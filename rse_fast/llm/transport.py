@@ -157,38 +157,21 @@ class Transport:
         attempt = 0
         while True:
             attempt += 1
-            async with contextlib.AsyncExitStack() as scope:
-                st = await scope.enter_async_context(self.pool.slot(state))
-                try:
-                    resp = await scope.enter_async_context(
-                        self.session().request(
-                            verb,
-                            st.url + path,
-                            data=data,
-                            headers=self.headers(st),
-                            timeout=timeout,
-                        )
-                    )
-                    if resp.status >= 400:
-                        text = (await resp.read()).decode("utf-8", "replace")
-                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                        raise http_error(resp.status, text, st.url, retry_after)
-                    result = await read(st, resp)
-                except (asyncio.TimeoutError, TimeoutError):
-                    error: LLMError = LLMTimeoutError("request timed out", endpoint=st.url)
-                except aiohttp.ClientPayloadError as exc:
-                    error = LLMResponseError(f"truncated response body ({exc})", endpoint=st.url)
-                except aiohttp.ClientError as exc:
-                    error = LLMConnectionError(f"connection failed ({exc!r})", endpoint=st.url)
-                except LLMError as exc:
-                    error = exc
-                else:
-                    self.pool.record_success(st)
-                    if keep is not None:
+            if keep is None:  # the common case, without an exit stack
+                async with self.pool.slot(state) as st:
+                    outcome = await self._attempt(verb, st, path, data, read, timeout, None)
+            else:
+                async with contextlib.AsyncExitStack() as scope:
+                    st = await scope.enter_async_context(self.pool.slot(state))
+                    outcome = await self._attempt(verb, st, path, data, read, timeout, scope)
+                    if not isinstance(outcome, LLMError):
                         keep.push_async_exit(scope.pop_all())
-                    return result
-                if error.retryable:
-                    self.pool.record_failure(st)
+            if not isinstance(outcome, LLMError):
+                self.pool.record_success(st)
+                return outcome
+            error = outcome
+            if error.retryable:
+                self.pool.record_failure(st)
             if self.on_failure is not None and body is not None:
                 self.on_failure(body, error)
             if not error.retryable or attempt >= self.retry.max_attempts:
@@ -196,6 +179,44 @@ class Transport:
                 raise error
             state = None  # re-route the retry
             await asyncio.sleep(self.retry.delay(attempt, error.retry_after))
+
+    async def _attempt(
+        self,
+        verb: str,
+        st: EndpointState,
+        path: str,
+        data: bytes | None,
+        read: Reader[T],
+        timeout: aiohttp.ClientTimeout,
+        scope: contextlib.AsyncExitStack | None,
+    ) -> T | LLMError:
+        """One request to ``st``: ``read``'s result, or the typed error it ended in. With
+        ``scope`` the response stays open (a stream read later); without, it is released."""
+        try:
+            request = self.session().request(
+                verb, st.url + path, data=data, headers=self.headers(st), timeout=timeout
+            )
+            if scope is not None:
+                return await _checked_read(st, await scope.enter_async_context(request), read)
+            async with request as resp:
+                return await _checked_read(st, resp, read)
+        except (asyncio.TimeoutError, TimeoutError):
+            return LLMTimeoutError("request timed out", endpoint=st.url)
+        except aiohttp.ClientPayloadError as exc:
+            return LLMResponseError(f"truncated response body ({exc})", endpoint=st.url)
+        except aiohttp.ClientError as exc:
+            return LLMConnectionError(f"connection failed ({exc!r})", endpoint=st.url)
+        except LLMError as exc:
+            return exc
+
+
+async def _checked_read(st: EndpointState, resp: aiohttp.ClientResponse, read: Reader[T]) -> T:
+    """``read(resp)``, or the typed error an HTTP error status maps to."""
+    if resp.status >= 400:
+        text = (await resp.read()).decode("utf-8", "replace")
+        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+        raise http_error(resp.status, text, st.url, retry_after)
+    return await read(st, resp)
 
 
 async def stream_lines(
