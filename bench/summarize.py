@@ -73,14 +73,20 @@ def table() -> str:
         for part in key.split("."):  # "stress.overhead_fraction": a nested key
             value = value.get(part, "not run") if isinstance(value, dict) else "not run"
         lines.append(f"| {name}.json | `{key}` | {fmt(value)} | {target} | {meaning} |")
-    machines = {json.dumps(d.get("machine"), sort_keys=True) for d in loaded.values()}
-    for m in machines:
-        info = json.loads(m) or {}
-        lines.append(
-            f"\nMachine: {info.get('cpu')}, {info.get('cores')} cores, "
-            f"{info.get('memory_gib')} GiB, Python {info.get('python')}, "
-            f"load {info.get('load_avg_1m', 'not recorded')}."
+    # one line per machine, the 1-minute load each file was measured under named beside it
+    machines: dict[str, list[str]] = {}
+    for name in sorted(loaded):
+        info = loaded[name].get("machine") or {}
+        kind = (
+            f"{info.get('cpu')}, {info.get('cores')} cores, {info.get('memory_gib')} GiB, "
+            f"Python {info.get('python')}"
         )
+        load = info.get("load_avg_1m")
+        machines.setdefault(kind, []).append(
+            f"{name} {load:.2f}" if isinstance(load, (int, float)) else f"{name} not recorded"
+        )
+    for kind, files in machines.items():
+        lines.append(f"\nMachine: {kind}; load per file: {', '.join(files)}.")
     when = sorted(d.get("measured_at", "") for d in loaded.values())
     if when:
         lines.append(f"Measured {when[0]} to {when[-1]}.")

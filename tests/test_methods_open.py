@@ -13,6 +13,7 @@ import pytest
 
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods import Problem, make_method
+from rse_fast.methods.base import buys_part_unit
 from rse_fast.methods.stepwise import effective_sample_size, systematic_resample
 from rse_fast.prompts import END_MARK, JUDGE_SYSTEM, RESPOND_SYSTEM
 from rse_fast.testing import ScriptedServer
@@ -239,9 +240,30 @@ async def test_best_of_n_plans_waves_with_free_duplicate_judging():
             started = time.perf_counter()
             res = await method.run(Problem("p", PROBLEM, GOLD), budget, c)
             wall = time.perf_counter() - started
-    assert len(res.pool) == 8 and res.meta["judge_calls"] == 3
+    # 8 samples' worth: 7 or 8 (a later wave buys a part sample only when stopping short
+    # would land more than 10% under), either way in two waves, 3 judged
+    assert 7 <= len(res.pool) <= 8 and res.meta["judge_calls"] == 3
     assert abs(res.budget_error) <= 0.10
     assert wall < 3.7 * latency, wall
+
+
+def test_a_later_wave_buys_a_part_unit_only_to_stay_within_ten_percent():
+    assert not buys_part_unit(0.9, 4.6)  # under 5 units: whole units only
+    assert not buys_part_unit(0.7, 7.7) and buys_part_unit(0.9, 7.9)  # 0.77 / 0.79 needed
+    assert not buys_part_unit(0.99, 12.0)  # 10 units and more: one unit short is within 10%
+
+
+@pytest.mark.parametrize(("units", "expected"), [(4.6, 4), (7.7, 7), (7.9, 8), (4.4, 4)])
+async def test_self_consistency_tail_waves_buy_whole_units(units, expected):
+    """A budget of 4.6 samples at 4 in flight is one wave of 4, not a wave of 4 and a wave
+    of one (twice the wall time for a fifth of the votes)."""
+    async with ScriptedServer(default_reply=lambda b, i: "So \\boxed{42}") as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            method = make_method("sc", parallel=4, max_tokens=64)
+            warm = await method.run(Problem("p", PROBLEM, GOLD), 1000, c)
+            unit = warm.tokens / len(warm.pool)
+            res = await method.run(Problem("p", PROBLEM, GOLD), int(units * unit + 0.5), c)
+    assert len(res.pool) == expected
 
 
 async def test_self_consistency_early_stop_saves_tokens():

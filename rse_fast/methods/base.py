@@ -139,11 +139,26 @@ class Spend:
     def left(self) -> float:
         return self.budget - self.held - self.spent
 
-    def units_left(self, unit_cost: float) -> int:
-        """Whole units that still fit, rounding to the nearest so the total lands near budget."""
+    def units_left(self, unit_cost: float, tail: bool = False) -> int:
+        """Units that still fit, rounded to the nearest so the total lands near budget; a
+        ``tail`` (a later wave) buys a part unit only as ``buys_part_unit`` says."""
         if unit_cost <= 0:
             return 0
-        return max(0, int(self.left / unit_cost + 0.5))
+        room = max(0.0, self.left / unit_cost)
+        if not tail:
+            return int(room + 0.5)
+        whole = int(room)
+        return whole + buys_part_unit(room - whole, self.budget / unit_cost)
+
+
+def buys_part_unit(part: float, budget_units: float) -> bool:
+    """Whether a later wave buys one more unit of which only ``part`` fits in the budget left.
+
+    A unit bought in part overshoots the budget and costs a whole extra round trip (a wave of
+    one after a full one doubles the wall time for a fraction of a vote), so a later wave
+    buys whole units only, unless leaving ``part`` unspent would land more than 10% under a
+    budget of 5 units or more (below 5 units no whole-unit rule can promise 10%)."""
+    return budget_units >= 5 and part > 0.1 * budget_units
 
 
 @dataclass
@@ -186,7 +201,7 @@ async def in_waves(
     out: list[T] = []
     cost = max(1.0, first_cost)
     while True:
-        n = fits(len(out)) if fits is not None else spend.units_left(cost)
+        n = fits(len(out)) if fits is not None else spend.units_left(cost, tail=bool(out))
         n = max(n, minimum - len(out))
         if limit is not None:
             n = min(n, limit - len(out))

@@ -24,6 +24,7 @@ from rse_fast.methods.base import (
     Spend,
     best_index,
     blend,
+    buys_part_unit,
     in_waves,
     prompt_cost,
 )
@@ -256,7 +257,8 @@ class BestOfN(Method):
 
         def fits(done: int) -> int:
             """More samples the budget buys: n samples cost n·s plus a judge call for each
-            of max(distinct so far, distinct share × n) candidates; n nearest to the budget.
+            of max(distinct so far, distinct share × n) candidates; the first wave rounds to
+            the nearest n, later ones buy a part sample only as ``buys_part_unit`` says.
             The share is the earlier runs' (this run's own once it has samples and no prior:
             it falls as duplicates come, never assuming fewer than it has seen)."""
             s = max(1.0, mean_tokens("explore", self.planned_cost(per_sample)))
@@ -272,9 +274,12 @@ class BestOfN(Method):
                 return n * s + j * max(scorer.distinct, share * n)
 
             n = done
-            while abs(total(n + 1) - budget) <= abs(total(n) - budget):
+            while total(n + 1) <= budget:
                 n += 1
-            return n - done
+            part = (budget - total(n)) / (total(n + 1) - total(n))
+            units = budget / (total(n + 1) / (n + 1))
+            more = part >= 0.5 if done == 0 else buys_part_unit(part, units)
+            return n + more - done
 
         async def unit(i: int) -> Candidate:
             cand = await sample(self, c, problem, i)
