@@ -5,7 +5,9 @@
 *stress*: every call answers after exactly L = 200 ms with its whole reply, so all K
 distillations of a round return together and nothing can hide the work that follows them.
 *realistic*: a prefill delay drawn from [100, 300] ms, then the reply generated at ~60 tokens/s
-per sequence with lengths varied by ±50%, as a real server serves K sequences at once.
+per sequence with lengths varied by ±50%, as a real server serves K sequences at once;
+distillation replies stream and each statement is embedded as its item closes (the default).
+*realistic_whole_distill*: the same with each distillation asked in one plain call.
 
 The server runs in a child process (its CPU is not ours) and records the latency it injected in
 every call. The critical path is read back from those records: per round, the longest
@@ -74,8 +76,14 @@ def reply(body: dict[str, Any], index: int) -> str:
 
 
 WORKLOADS: dict[str, dict[str, Any]] = {
-    "stress": {"prefill_s": (0.2, 0.2), "tokens_per_s": None},
-    "realistic": {"prefill_s": (0.1, 0.3), "tokens_per_s": 60.0},
+    "stress": {"prefill_s": (0.2, 0.2), "tokens_per_s": None, "stream_distill": True},
+    "realistic": {"prefill_s": (0.1, 0.3), "tokens_per_s": 60.0, "stream_distill": True},
+    # the same, with distillation asked in one plain call (embedding starts at its return)
+    "realistic_whole_distill": {
+        "prefill_s": (0.1, 0.3),
+        "tokens_per_s": 60.0,
+        "stream_distill": False,
+    },
 }
 
 
@@ -132,10 +140,11 @@ async def critical_path(url: str) -> float:
     return sum(per_round.values())
 
 
-async def idle_loop(url: str, k: int, rounds: int) -> float:
-    """Baseline: the same call pattern (K chains of rollout → distillation, R rounds) from a bare
-    aiohttp loop doing nothing else. Its wall time is the server latencies plus the server's
-    own processing and loopback transport: everything RSE cannot be faster than."""
+async def idle_loop(url: str, k: int, rounds: int, stream_distill: bool) -> float:
+    """Baseline: the same call pattern (K chains of rollout → distillation, R rounds; the
+    distillation streamed when RSE streams it) from a bare aiohttp loop doing nothing else.
+    Its wall time is the server latencies plus the server's own processing and loopback
+    transport: everything RSE cannot be faster than."""
     import aiohttp
 
     from rse_fast.prompts import distill_messages, solve_messages
@@ -146,11 +155,15 @@ async def idle_loop(url: str, k: int, rounds: int) -> float:
 
         async def post(body: dict[str, Any]) -> None:
             async with session.post(url + "/chat/completions", json=body) as resp:
-                await resp.read()
+                if body.get("stream"):
+                    async for _ in resp.content:  # every event, as a streaming client reads
+                        pass
+                else:
+                    await resp.read()
 
         async def chain(r: int, i: int) -> None:
             await post({**solve_body, "seed": 1000 * r + i})
-            await post({**distill_body, "seed": 1000 * r + i})
+            await post({**distill_body, "seed": 1000 * r + i, "stream": stream_distill})
 
         await post({**solve_body, "max_tokens": 1})
         t0 = time.perf_counter()
@@ -160,7 +173,7 @@ async def idle_loop(url: str, k: int, rounds: int) -> float:
 
 
 async def measure(url: str, encoder: Encoder, k: int, rounds: int, workload: str) -> dict[str, Any]:
-    cfg = RSEConfig(rounds=rounds, k=k)
+    cfg = RSEConfig(rounds=rounds, k=k, stream_distill=WORKLOADS[workload]["stream_distill"])
     async with LLMClient(url, "scripted", max_concurrency=256) as client:
         rse = RSE(client, encoder, cfg)
         await client.chat([{"role": "user", "content": "warm up"}], max_tokens=1)
@@ -169,7 +182,7 @@ async def measure(url: str, encoder: Encoder, k: int, rounds: int, workload: str
         result = await rse.solve(PROBLEM, gold="24")
         wall = time.perf_counter() - t0
     critical = await critical_path(url)
-    idle = await idle_loop(url, k, rounds)
+    idle = await idle_loop(url, k, rounds, cfg.stream_distill)
     tail = [r.tail_ms for r in result.rounds]
     enc = [r.tail_encoder_ms for r in result.rounds]
     overhead = wall - critical

@@ -356,10 +356,15 @@ class ScriptedServer:
         model = body.get("model") or self.model
         created = int(time.time())
         gap = 1.0 / self.stream_tokens_per_s if self.stream_tokens_per_s else 0.0
-        sent = 0
+        sent = paced = 0
+        loop = asyncio.get_running_loop()
+        start = loop.time()
 
         async def send(delta: dict[str, Any], finish: str | None = None) -> None:
-            nonlocal sent
+            """Write one chunk; a generated piece is followed by a wait until its slot on
+            the steady token clock (start + pieces × gap), so the stream keeps its rate
+            however long each write and wake-up took (sleeping ``gap`` after each drifts)."""
+            nonlocal sent, paced
             data = {
                 "id": "chatcmpl-stream",
                 "object": "chat.completion.chunk",
@@ -373,8 +378,11 @@ class ScriptedServer:
                 raise ConnectionResetError("scripted drop mid-stream")
             await resp.write(f"data: {json.dumps(data)}\n\n".encode())
             sent += 1
-            if gap and "role" not in delta:
-                await asyncio.sleep(gap)
+            if gap and "role" not in delta and finish is None:
+                paced += 1
+                wait = start + paced * gap - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
 
         def pieces(text: str) -> list[str]:
             words = text.split(" ")
