@@ -41,7 +41,7 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.prompts import JUDGE_SYSTEM, solve_messages
 from rse_fast.testing import ScriptedServer
 
-from common import write_result
+from common import replace_readme_block, write_result
 
 HERE = Path(__file__).parent
 WORKER = HERE / "peers_worker.py"
@@ -237,6 +237,45 @@ async def quality(count: int, n: int) -> dict[str, Any]:
     }
 
 
+def table(result: dict[str, Any]) -> str:
+    """The grid and the quality run as the README shows them."""
+    load = (result.get("machine") or {}).get("load_avg_1m")
+    lines = [
+        f"Overhead grid (scripted server, {int(result['latency_s'] * 1e3)} ms latency, "
+        f"20 problems per cell; 1-minute load {load} at the end):",
+        "",
+        "| family | N | C | critical path s | ours wall s | its_hub wall s | ours ÷ its_hub | "
+        "same, after the first problem | HTTP calls ours / its_hub | "
+        "client CPU µs/call ours / its_hub |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["grid"]:
+        o, t = r["ours"], r["its_hub"]
+        lines.append(
+            f"| {r['method']} | {r['n']} | {r['concurrency']} | {r['critical_path_s']:.1f} | "
+            f"{o['wall_s']:.2f} | {t['wall_s']:.2f} | {r['wall_ratio_vs_its_hub']:.3f} | "
+            f"{r['wall_ratio_after_first_problem']:.3f} | {o['http_calls']} / {t['http_calls']} | "
+            f"{o['cpu_us_per_call']:.0f} / {t['cpu_us_per_call']:.0f} |"
+        )
+    lines.append(
+        f"\nWorst cell {result['wall_ratio_vs_its_hub_max']:.3f}× its_hub's wall time "
+        f"({result['wall_ratio_after_first_problem_max']:.3f}× after the first problem); "
+        f"client CPU per call {result['cpu_ratio_vs_its_hub']:.2f}× its_hub's."
+    )
+    q = result.get("quality")
+    if q:
+        lo, hi = q["ci95"]
+        lines.append(
+            f"\nQuality at equal tokens ({q['task']}, seed {q['seed']}, {q['problems']} problems, "
+            f"local model): its self-consistency at N={q['n']} {q['accuracy_its_hub']:.0%}, ours "
+            f"at its measured spend {q['accuracy_ours']:.0%}; difference "
+            f"{100 * q['accuracy_diff']:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] (paired "
+            f"bootstrap); tokens ours / its_hub {q['tokens_ours']:,} / {q['tokens_its_hub']:,}; "
+            f"wall time ours ÷ its_hub {q['wall_ratio_vs_its_hub']:.3f}."
+        )
+    return "\n".join(lines)
+
+
 def load_previous(name: str) -> dict[str, Any]:
     """The last committed result of this benchmark (so one part can be re-run alone)."""
     path = HERE / "results" / f"{name}.json"
@@ -270,6 +309,7 @@ def main() -> None:
         else:
             result["quality"] = asyncio.run(quality(args.quality_problems, 4))
         path = write_result("peers", result)
+        replace_readme_block("peers", table(json.loads(path.read_text())), "## Side by side")
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
 
 
