@@ -192,6 +192,20 @@ async def test_stream_retries_before_first_byte():
     assert text == "x y" and len(srv.requests) == 2
 
 
+async def test_streamed_calls_reach_the_trace_replies_and_breaks_alike():
+    records: list[dict] = []
+    faults = [None, Fault("drop_stream", after_chunks=2)]
+    async with ScriptedServer(default_reply="alpha beta gamma", faults=faults) as srv:
+        async with LLMClient(srv.base_url, "m", retry=FAST_RETRY, trace=records.append) as c:
+            assert "".join([e.delta async for e in c.stream(MSG)]) == "alpha beta gamma"
+            with pytest.raises(LLMConnectionError):
+                _ = [e async for e in c.stream(MSG)]
+    reply, broken = records
+    assert reply["texts"] == ["alpha beta gamma"] and reply["request"]["stream"] is True
+    assert reply["usage"]["completion_tokens"] == 3
+    assert broken["error"].startswith("LLMConnectionError") and "texts" not in broken
+
+
 async def test_per_endpoint_concurrency_limit():
     async with ScriptedServer(latency=0.05) as srv:
         async with LLMClient(Endpoint(srv.base_url, max_concurrency=3), "m") as client:

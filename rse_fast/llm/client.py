@@ -281,7 +281,8 @@ class LLMClient:
         if include_usage:
             body["stream_options"] = {"include_usage": True}
         t0 = time.perf_counter()
-        parts: list[str] = []
+        content: list[str] = []
+        reasoning: list[str] = []
         usage: Usage | None = None
         endpoint = ""
         try:
@@ -294,19 +295,24 @@ class LLMClient:
                     for event in parse_chunk(data):
                         if event.usage is not None:
                             usage = event.usage
-                        parts.append(event.delta + event.reasoning)
+                        content.append(event.delta)
+                        reasoning.append(event.reasoning)
                         yield event
         except LLMError as exc:
             self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
+            if endpoint:  # broke mid-stream (failures before the first byte are traced already)
+                self._trace_failure(body, exc)
             raise
+        text, thought = "".join(content), "".join(reasoning)
         if usage is None:
             usage = Usage(
                 count_prompt_tokens(body["messages"], self.count_tokens),
-                self.count_tokens("".join(parts)),
+                self.count_tokens(text + thought),
                 "estimated",
             )
         latency = time.perf_counter() - t0
         self.ledger.record_usage(role, usage, latency, endpoint, 1, task)
+        self._trace_reply(body, endpoint, latency, [text], [thought or None], usage)
         yield StreamEvent(done=True, usage=usage)
 
     async def models(self) -> list[str]:
@@ -403,19 +409,38 @@ class LLMClient:
             )
 
         result = await self.transport.post("/chat/completions", body, read, state=first)
+        self._trace_reply(
+            body,
+            result.endpoint,
+            result.latency_s,
+            list(result.texts),
+            [c.reasoning for c in result.choices],
+            result.usage,
+        )
+        return result
+
+    def _trace_reply(
+        self,
+        body: dict[str, Any],
+        endpoint: str,
+        latency_s: float,
+        texts: list[str],
+        reasoning: list[str | None],
+        usage: Usage,
+    ) -> None:
+        """One trace record for a call that returned (streamed or not)."""
         if self.trace is not None:
             self.trace(
                 {
                     "time": time.time(),
                     "request": body,
-                    "endpoint": result.endpoint,
-                    "latency_s": result.latency_s,
-                    "texts": result.texts,
-                    "reasoning": [c.reasoning for c in result.choices],
-                    "usage": dataclasses.asdict(result.usage),
+                    "endpoint": endpoint,
+                    "latency_s": latency_s,
+                    "texts": texts,
+                    "reasoning": reasoning,
+                    "usage": dataclasses.asdict(usage),
                 }
             )
-        return result
 
     def _trace_failure(self, body: dict[str, Any], error: LLMError) -> None:
         if self.trace is not None:
