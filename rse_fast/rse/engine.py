@@ -315,8 +315,7 @@ class RSE:
         try:
             parsed = await self._distill(problem, rec, r, seed, early)
         except BaseException:
-            for f in early.values():
-                f.cancel()
+            _release(early)
             raise
         returned = time.perf_counter()
         counters["distills"] += 1
@@ -342,14 +341,13 @@ class RSE:
         """Embeddings of ``texts``: those started while the distillation streamed, the rest
         in one call; early ones the final parse did not keep are dropped."""
         rest = [t for t in texts if t not in early]
-        later = self.encoder.aencode(rest) if rest else None
-        got = dict(zip(rest, await later, strict=True)) if later is not None else {}
-        for t in texts:
-            if t in early:
-                got[t] = (await early[t])[0]
-        for t, f in early.items():
-            if t not in got:
-                f.cancel()
+        try:
+            got = dict(zip(rest, await self.encoder.aencode(rest), strict=True)) if rest else {}
+            for t in texts:
+                if t in early:
+                    got[t] = (await early[t])[0]
+        finally:
+            _release(early)
         return np.stack([got[t] for t in texts])
 
     async def _distill(
@@ -448,6 +446,16 @@ class RSE:
                 if text and text not in early and room:
                     early[text] = asyncio.ensure_future(self.encoder.aencode([text]))
         return "".join(parts)
+
+
+def _release(early: dict[str, asyncio.Future[np.ndarray]]) -> None:
+    """Cancel early embeddings still running and read the outcome of finished ones, so none
+    is left behind (or logged as an unread error) once a rollout's vectors are settled."""
+    for future in early.values():
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()
 
 
 def select_rounds(rounds: list[RoundResult], select_from: str) -> list[RoundResult]:
