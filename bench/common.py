@@ -61,6 +61,12 @@ def machine() -> dict[str, Any]:
     }
 
 
+def read_result(name: str) -> dict[str, Any]:
+    """The committed ``results/<name>.json`` ({} when it has not been written)."""
+    path = RESULTS / f"{name}.json"
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

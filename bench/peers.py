@@ -41,7 +41,7 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.prompts import JUDGE_SYSTEM, solve_messages
 from rse_fast.testing import ScriptedServer
 
-from common import replace_readme_block, write_result
+from common import read_result, replace_readme_block, write_result
 
 HERE = Path(__file__).parent
 WORKER = HERE / "peers_worker.py"
@@ -275,12 +275,6 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def load_previous(name: str) -> dict[str, Any]:
-    """The last committed result of this benchmark (so one part can be re-run alone)."""
-    path = HERE / "results" / f"{name}.json"
-    return dict(json.loads(path.read_text())) if path.exists() else {}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -297,7 +291,7 @@ def main() -> None:
         rows = asyncio.run(overhead([8], [4, 32], 5))
         path = write_result("peers_quick", {**summary(rows), "quick": True})
     else:
-        previous = load_previous("peers")
+        previous = read_result("peers")  # so one part can be re-run alone
         if args.quality_only:
             result = {k: v for k, v in previous.items() if k not in ("machine", "measured_at")}
         else:
@@ -308,7 +302,7 @@ def main() -> None:
         else:
             result["quality"] = asyncio.run(quality(args.quality_problems, 4))
         path = write_result("peers", result)
-        replace_readme_block("peers", table(json.loads(path.read_text())), "## Side by side")
+        replace_readme_block("peers", table(result), "## Side by side")
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
 
 

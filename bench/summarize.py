@@ -5,15 +5,13 @@ python bench/summarize.py
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
-from common import replace_readme_block  # noqa: E402
+from common import read_result, replace_readme_block  # noqa: E402
 
 # (file, key, target, how to read the target, what it means)
 ROWS: list[tuple[str, str, str, str]] = [
@@ -90,11 +88,7 @@ def fmt(v: Any) -> str:
 
 
 def table() -> str:
-    loaded: dict[str, dict[str, Any]] = {}
-    for name in {r[0] for r in ROWS}:
-        path = RESULTS / f"{name}.json"
-        if path.exists():
-            loaded[name] = json.loads(path.read_text())
+    loaded = {name: found for name in {r[0] for r in ROWS} if (found := read_result(name))}
     lines = ["| result file | metric | measured | target | meaning |", "|---|---|---|---|---|"]
     for name, key, target, meaning in ROWS:
         value: Any = loaded.get(name, {})

@@ -435,12 +435,12 @@ class RSE:
             else client.stream(messages, **params)
         )
         scanner, parts = ItemScanner(), []
+        echo_of = problem if cfg.drop_echoes else None
         async for event in events:
             if not event.delta:
                 continue
             parts.append(event.delta)
             for key, item in scanner.feed(event.delta):
-                echo_of = problem if cfg.drop_echoes else None
                 text = item_statement(key, item, cfg.max_chars_per_experience, echo_of)
                 room = len(early) < 2 * cfg.max_experiences_per_rollout
                 if text and text not in early and room:
