@@ -7,7 +7,9 @@ against the floor a minimal proxy sets, in the same run.
 
 The scripted upstream (fixed latency), our service and the *floor* (a minimal raw-bytes aiohttp
 proxy written here: read the body, POST it upstream, return the bytes, nothing else) each run in
-their own process. The same load (``--concurrency`` workers, a fixed number of requests each)
+their own process; the proxies get cores of their own, the load generator and upstream the
+first core (``--no-pin`` to share). The same load (``--concurrency`` workers, a fixed number of
+requests each, their starts spread over one upstream latency so arrivals are not in lockstep)
 goes straight to the upstream, through our service and through the floor, in turns, ``--rounds``
 times; each path's percentile is the median over its phases. Added latency = percentile
 through a proxy − direct percentile; the ratio to the floor's is given only where the floor's
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -79,8 +82,14 @@ def floor_proxy(port: int, upstream: str) -> None:
 
 
 # -- processes and load ------------------------------------------------------------------------
-def start(cmd: list[str], ready: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+def start(cmd: list[str], ready: str, cores: set[int] | None = None) -> subprocess.Popen[str]:
+    """Start ``cmd`` (on ``cores`` only, when given: every thread and child inherits them)."""
+
+    def pin() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if ready not in line:
@@ -106,17 +115,24 @@ def service_rss(proc: subprocess.Popen[str]) -> float:
 
 
 async def load(
-    url: str, concurrency: int, per_worker: int, body: dict[str, Any], warm: bool = True
+    url: str, concurrency: int, per_worker: int, body: dict[str, Any], spread_s: float
 ) -> tuple[list[float], int]:
-    """Latency of each request (streamed: time to the first content byte), and the errors."""
+    """Latency of each request (streamed: time to the first content byte), and the errors.
+
+    Worker i starts i/concurrency of ``spread_s`` (the upstream latency) after the first, so
+    the requests in flight stay spread over the cycle as a real service's arrivals are. All
+    starting together would keep them in lockstep: every request would then wait behind the
+    burst of 200 replies landing in the same instant, and the percentiles would measure the
+    load generator's own serial work on that burst rather than the path under test."""
     latencies: list[float] = []
     errors = 0
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker() -> None:
+        async def worker(i: int, n: int) -> None:
             nonlocal errors
-            for _ in range(per_worker):
+            await asyncio.sleep(spread_s * i / concurrency)
+            for _ in range(n):
                 t0 = time.perf_counter()
                 first = None
                 try:
@@ -133,11 +149,10 @@ async def load(
                 latencies.append((first or time.perf_counter()) - t0)
                 errors += not ok
 
-        if warm:
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            latencies.clear()
-            errors = 0
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(i, 1) for i in range(concurrency)))  # connections up
+        latencies.clear()
+        errors = 0
+        await asyncio.gather(*(worker(i, per_worker) for i in range(concurrency)))
     return latencies, errors
 
 
@@ -145,23 +160,38 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.array(xs) * 1e3, q))
 
 
+def split_cores(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(load generator and upstream, proxy under test) cores: the first core for the load
+    side, the rest for the proxy, so neither path's percentiles carry the other side's CPU
+    work. None, None when not pinning or on a single core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not pin or len(cores) < 2:
+        return None, None
+    return {cores[0]}, set(cores[1:])
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     up_port, svc_port, floor_port = free_port(), free_port(), free_port()
+    load_cores, proxy_cores = split_cores(args.pin)
+    all_cores = os.sched_getaffinity(0)
+    if load_cores:  # this process is the load generator
+        os.sched_setaffinity(0, load_cores)
     upstream = start(
         [sys.executable, "-m", "rse_fast.testing", "--port", str(up_port),
          "--latency", str(args.latency), "--tokens-per-s", "60"],
-        "READY",
+        "READY", load_cores,
     )  # fmt: skip
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     service = start(
         [sys.executable, "-m", "rse_fast.cli", "serve", "--upstream", upstream_url,
          "--port", str(svc_port), "--per-key-concurrency", "100000",
          "--workers", str(args.workers)],
-        "rse-fast service",
+        "rse-fast service", proxy_cores,
     )  # fmt: skip
     floor = start(
         [sys.executable, __file__, "--floor-proxy", str(floor_port), "--upstream", upstream_url],
         "FLOOR READY",
+        proxy_cores,
     )
     service_url = f"http://127.0.0.1:{svc_port}/v1"
     floor_url = f"http://127.0.0.1:{floor_port}/v1"
@@ -177,13 +207,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.rounds):
             for name, url in (("direct", upstream_url), ("service", service_url),
                               ("floor", floor_url)):  # fmt: skip
-                lat, err = await load(url, c, per_worker, BODY)
+                lat, err = await load(url, c, per_worker, BODY, args.latency)
                 runs[name].append(lat)
                 errors += err
         sc = max(10, c // 4)  # streamed: time to first token, at a lighter load
-        s_direct, e5 = await load(upstream_url, sc, per_worker, STREAM_BODY)
-        s_through, e6 = await load(service_url, sc, per_worker, STREAM_BODY)
-        s_floor, e7 = await load(floor_url, sc, per_worker, STREAM_BODY)
+        s_direct, e5 = await load(upstream_url, sc, per_worker, STREAM_BODY, args.latency)
+        s_through, e6 = await load(service_url, sc, per_worker, STREAM_BODY, args.latency)
+        s_floor, e7 = await load(floor_url, sc, per_worker, STREAM_BODY, args.latency)
         errors += e5 + e6 + e7
         if args.soak:
             out.update(await soak(service, service_url, args.soak_requests, c))
@@ -192,6 +222,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for proc in (service, floor, upstream):
             proc.terminate()
             proc.wait(10)
+        os.sched_setaffinity(0, all_cores)  # the result records the machine's cores
 
     def p(name: str, q: float) -> float:
         return float(np.median([pct(lat, q) for lat in runs[name]]))
@@ -207,6 +238,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "upstream_latency_ms": args.latency * 1e3,
         "requests_per_phase": c * per_worker,
         "rounds": args.rounds,
+        "load_cores": sorted(load_cores) if load_cores else None,
+        "proxy_cores": sorted(proxy_cores) if proxy_cores else None,
+        "arrivals": "staggered over the upstream latency",
         "p50_added_ms": p("service", 50) - p("direct", 50),
         "p99_added_ms": added,
         "floor_p50_added_ms": p("floor", 50) - p("direct", 50),
@@ -275,13 +309,24 @@ def main() -> None:
         "--latency", type=float, default=1.0, help="upstream latency in seconds (LLM-like)"
     )
     parser.add_argument("--concurrency", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3, help="phases per path, in turns")
+    parser.add_argument(
+        "--rounds", type=int, help="phases per path, in turns (default 3; 2 with --quick)"
+    )
+    parser.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="do not give the proxy under test its own cores (load generator and upstream on "
+        "the first core, proxies on the rest)",
+    )
     parser.add_argument("--floor-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_proxy:
         floor_proxy(args.floor_proxy, args.upstream)
         return
+    if args.rounds is None:
+        args.rounds = 2 if args.quick else 3
     t0 = time.perf_counter()
     payload = asyncio.run(run(args))
     payload["wall_s"] = time.perf_counter() - t0
