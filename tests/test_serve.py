@@ -281,3 +281,29 @@ async def test_workers_share_one_port_and_stop_with_the_service():
                 not os.path.exists(f"/proc/{pid}")
                 or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
             )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"stream": True}, {"model": "sc:scripted", "n": 1}],
+    ids=["pass-through", "streamed pass-through", "method"],
+)
+async def test_request_over_the_service_deadline_is_a_504_json_error(extra):
+    """An upstream slower than --timeout: the caller gets a 504 JSON error at the deadline,
+    not a hang until the upstream answers."""
+    async with (
+        ScriptedServer(default_reply=reply, latency=1.5) as up,
+        service(up, request_timeout_s=0.2) as (svc, url),
+    ):
+        body = {"model": "scripted", "messages": MSG, **extra}
+        t0 = asyncio.get_running_loop().time()
+        async with aiohttp.ClientSession() as s, s.post(url + "/chat/completions", json=body) as r:
+            data = await r.json()
+        waited = asyncio.get_running_loop().time() - t0
+    assert r.status == 504 and r.content_type == "application/json"
+    assert data["error"]["type"] == "timeout" and data["error"]["code"] == "timeout"
+    assert 0.2 <= waited < 1.0, waited
+    assert (
+        svc.metrics.in_flight == 0
+        and svc.metrics.requests[("sc" if extra.get("model") else "passthrough", 504)] == 1
+    )
