@@ -78,6 +78,12 @@ class LLMTimeoutError(LLMError):
     retryable = True
 
 
+class LLMDeadlineError(LLMTimeoutError):
+    """The caller's own deadline for the whole call (every attempt and wait) passed."""
+
+    retryable = False
+
+
 class LLMResponseError(LLMError):
     """The server answered 2xx but the body was truncated, not JSON, or not a chat completion."""
 

@@ -10,6 +10,7 @@ import pytest
 from rse_fast.errors import (
     LLMBadRequestError,
     LLMConnectionError,
+    LLMDeadlineError,
     LLMError,
     LLMResponseError,
     LLMServerError,
@@ -132,6 +133,40 @@ async def test_retry_after_is_honoured():
             t0 = time.perf_counter()
             await client.chat(MSG)
             assert time.perf_counter() - t0 >= 0.4
+
+
+async def _status_and_body(state, resp):
+    return resp.status, await resp.read()
+
+
+async def test_a_deadline_bounds_the_attempt_and_the_retries():
+    """``post_bytes(deadline=)``: a slow upstream ends in LLMDeadlineError at the deadline;
+    a retry whose wait would outlast the deadline is not made (the upstream's error is
+    raised at once); well inside the deadline the call is untouched."""
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    async with ScriptedServer(latency=1.5) as slow, LLMClient(slow.base_url, "m") as client:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(LLMDeadlineError):
+            await client.transport.post_bytes(
+                "/chat/completions", body, _status_and_body, deadline=t0 + 0.3
+            )
+        assert 0.3 <= loop.time() - t0 < 1.0
+    faults = [Fault("status", status=503, retry_after=0.6)] * 2
+    async with ScriptedServer(faults=faults) as flaky:
+        async with LLMClient(flaky.base_url, "m", retry=FAST_RETRY) as client:
+            t0 = loop.time()
+            with pytest.raises(LLMServerError):
+                await client.transport.post_bytes(
+                    "/chat/completions", body, _status_and_body, deadline=t0 + 0.4
+                )
+            assert loop.time() - t0 < 0.3 and len(flaky.requests) == 1
+            t0 = loop.time()
+            status, data = await client.transport.post_bytes(
+                "/chat/completions", body, _status_and_body, deadline=t0 + 60
+            )  # the second fault is retried after its Retry-After, then the reply comes
+            assert loop.time() - t0 >= 0.6
+            assert status == 200 and len(flaky.requests) == 3 and b"choices" in data
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])

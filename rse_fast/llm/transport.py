@@ -19,7 +19,13 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from rse_fast.errors import LLMConnectionError, LLMError, LLMResponseError, LLMTimeoutError
+from rse_fast.errors import (
+    LLMConnectionError,
+    LLMDeadlineError,
+    LLMError,
+    LLMResponseError,
+    LLMTimeoutError,
+)
 from rse_fast.llm.retry import RetryPolicy, http_error, parse_retry_after
 from rse_fast.llm.routing import EndpointPool, EndpointState
 
@@ -135,9 +141,14 @@ class Transport:
         read: Reader[T],
         *,
         keep: contextlib.AsyncExitStack | None = None,
+        deadline: float | None = None,
     ) -> T:
-        """POST a body that is already encoded (a proxy forwarding its caller's bytes)."""
-        return await self._send("POST", path, data, None, read, None, keep)
+        """POST a body that is already encoded (a proxy forwarding its caller's bytes).
+
+        ``deadline`` (event-loop time) bounds the attempts and the waits between them: it
+        rides on each attempt's own timeout, so a proxied request needs no timer of its own;
+        past it the call ends in an LLMTimeoutError."""
+        return await self._send("POST", path, data, None, read, None, keep, deadline)
 
     async def get(self, path: str, read: Reader[T]) -> T:
         """GET ``path`` with the same routing, auth and retries."""
@@ -152,11 +163,18 @@ class Transport:
         read: Reader[T],
         state: EndpointState | None,
         keep: contextlib.AsyncExitStack | None,
+        deadline: float | None = None,
     ) -> T:
-        timeout = self._stream_timeout if keep is not None else self._call_timeout
+        base = self._stream_timeout if keep is not None else self._call_timeout
+        timeout = base
         attempt = 0
         while True:
             attempt += 1
+            if deadline is not None:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    raise LLMDeadlineError("the deadline passed before the request was sent")
+                timeout = _within_deadline(base, left)
             if keep is None:  # the common case, without an exit stack
                 async with self.pool.slot(state) as st:
                     outcome = await self._attempt(verb, st, path, data, read, timeout, None)
@@ -169,16 +187,22 @@ class Transport:
             if not isinstance(outcome, LLMError):
                 self.pool.record_success(st)
                 return outcome
+            if isinstance(outcome, LLMTimeoutError) and timeout is not base:  # cut to deadline
+                raise LLMDeadlineError("the deadline passed", endpoint=st.url, attempts=attempt)
             error = outcome
             if error.retryable:
                 self.pool.record_failure(st)
             if self.on_failure is not None and body is not None:
                 self.on_failure(body, error)
-            if not error.retryable or attempt >= self.retry.max_attempts:
+            delay = self.retry.delay(attempt, error.retry_after)
+            out_of_time = (
+                deadline is not None and asyncio.get_running_loop().time() + delay >= deadline
+            )
+            if not error.retryable or attempt >= self.retry.max_attempts or out_of_time:
                 error.attempts = attempt
                 raise error
             state = None  # re-route the retry
-            await asyncio.sleep(self.retry.delay(attempt, error.retry_after))
+            await asyncio.sleep(delay)
 
     async def _attempt(
         self,
@@ -208,6 +232,18 @@ class Transport:
             return LLMConnectionError(f"connection failed ({exc!r})", endpoint=st.url)
         except LLMError as exc:
             return exc
+
+
+def _within_deadline(timeout: aiohttp.ClientTimeout, left: float) -> aiohttp.ClientTimeout:
+    """``timeout`` with its total cut to the ``left`` seconds before a deadline."""
+    if timeout.total is not None and timeout.total <= left:
+        return timeout
+    return aiohttp.ClientTimeout(
+        total=left,
+        connect=min(timeout.connect or left, left),
+        sock_read=timeout.sock_read,
+        sock_connect=timeout.sock_connect,
+    )
 
 
 async def _checked_read(st: EndpointState, resp: aiohttp.ClientResponse, read: Reader[T]) -> T:

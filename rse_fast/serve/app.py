@@ -45,6 +45,7 @@ from aiohttp import web
 from rse_fast.errors import (
     LLMBadRequestError,
     LLMConnectionError,
+    LLMDeadlineError,
     LLMError,
     LLMRateLimitError,
     LLMResponseError,
@@ -279,21 +280,29 @@ class Service:
         self._per_key[key] += 1
         self.metrics.in_flight += 1
         label, status = "passthrough", 500
+        deadline = asyncio.get_running_loop().time() + self.config.request_timeout_s
+        resp: web.StreamResponse
         try:
             spec = parse_method_request(body, self.config.caps)
             label = spec.method if spec else "passthrough"
-            work = (
-                self._passthrough(request, raw, bool(body.get("stream")))
-                if spec is None
-                else self._method(request, body, spec)
-            )
-            resp = await _within(work, self.config.request_timeout_s)
+            if spec is None and not body.get("stream"):
+                resp = await self._forward(raw, deadline)  # the hot path: no timer of its own
+            else:
+                work = (
+                    self._stream_passthrough(request, raw)
+                    if spec is None
+                    else self._method(request, body, spec)
+                )
+                resp = await _within(work, self.config.request_timeout_s)
             status = resp.status
             return resp
         except asyncio.TimeoutError:
             status = 504
-            raise ServiceError(504, "request timed out", "timeout", code="timeout") from None
+            raise _timed_out() from None
         except (LLMError, RoundFailedError) as exc:
+            if isinstance(exc, LLMDeadlineError):
+                status = 504
+                raise _timed_out() from None
             cause = exc.cause if isinstance(exc, RoundFailedError) else exc
             err = (
                 upstream_error(cause)
@@ -335,16 +344,11 @@ class Service:
         return body
 
     # -- pass-through: bytes in, bytes out -------------------------------------------------
-    async def _passthrough(
-        self, request: web.Request, raw: bytes, stream: bool
-    ) -> web.StreamResponse:
-        if stream:
-            return await self._stream_passthrough(request, raw)
-
-        async def read(state: EndpointState, resp: aiohttp.ClientResponse) -> tuple[int, bytes]:
-            return resp.status, await resp.read()
-
-        status, data = await self.client.transport.post_bytes("/chat/completions", raw, read)
+    async def _forward(self, raw: bytes, deadline: float) -> web.Response:
+        """A non-streamed pass-through: the caller's bytes up, the upstream's bytes back."""
+        status, data = await self.client.transport.post_bytes(
+            "/chat/completions", raw, _status_and_body, deadline=deadline
+        )
         self.metrics.add_passthrough(_usage_tokens(data))
         return web.Response(body=data, status=status, content_type="application/json")
 
@@ -468,6 +472,14 @@ def _load_once() -> None:
 
     kernels.warmup()
     answers_equivalent("1", "1.0")
+
+
+async def _status_and_body(state: EndpointState, resp: aiohttp.ClientResponse) -> tuple[int, bytes]:
+    return resp.status, await resp.read()
+
+
+def _timed_out() -> ServiceError:
+    return ServiceError(504, "request timed out", "timeout", code="timeout")
 
 
 async def _within(work: Awaitable[web.StreamResponse], seconds: float) -> web.StreamResponse:
