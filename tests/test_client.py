@@ -152,6 +152,15 @@ async def test_a_deadline_bounds_the_attempt_and_the_retries():
                 "/chat/completions", body, _status_and_body, deadline=t0 + 0.3
             )
         assert 0.3 <= loop.time() - t0 < 1.0
+        # an attempt's own timeout well before the deadline stays a retried LLMTimeoutError
+        short = Timeouts(total_s=0.2)
+        retry = RetryPolicy(max_attempts=2, base_delay_s=0.01)
+        async with LLMClient(slow.base_url, "m", timeouts=short, retry=retry) as impatient:
+            with pytest.raises(LLMTimeoutError) as info:
+                await impatient.transport.post_bytes(
+                    "/chat/completions", body, _status_and_body, deadline=loop.time() + 60
+                )
+        assert not isinstance(info.value, LLMDeadlineError) and info.value.attempts == 2
     faults = [Fault("status", status=503, retry_after=0.6)] * 2
     async with ScriptedServer(faults=faults) as flaky:
         async with LLMClient(flaky.base_url, "m", retry=FAST_RETRY) as client:

@@ -30,6 +30,9 @@ from rse_fast.llm.retry import RetryPolicy, http_error, parse_retry_after
 from rse_fast.llm.routing import EndpointPool, EndpointState
 
 T = TypeVar("T")
+#: asyncio may run a timer up to its clock resolution early: a timeout this close to the
+#: deadline is the deadline's
+TIMER_SLACK_S = 0.001
 Reader = Callable[[EndpointState, aiohttp.ClientResponse], Awaitable[T]]
 FailureHook = Callable[[dict[str, Any], LLMError], None]
 
@@ -147,7 +150,7 @@ class Transport:
 
         ``deadline`` (event-loop time) bounds the attempts and the waits between them: it
         rides on each attempt's own timeout, so a proxied request needs no timer of its own;
-        past it the call ends in an LLMTimeoutError."""
+        past it the call ends in an LLMDeadlineError."""
         return await self._send("POST", path, data, None, read, None, keep, deadline)
 
     async def get(self, path: str, read: Reader[T]) -> T:
@@ -187,7 +190,11 @@ class Transport:
             if not isinstance(outcome, LLMError):
                 self.pool.record_success(st)
                 return outcome
-            if isinstance(outcome, LLMTimeoutError) and timeout is not base:  # cut to deadline
+            if (
+                isinstance(outcome, LLMTimeoutError)
+                and deadline is not None
+                and asyncio.get_running_loop().time() >= deadline - TIMER_SLACK_S
+            ):  # the total cut to the deadline fired, not a connect or read timeout
                 raise LLMDeadlineError("the deadline passed", endpoint=st.url, attempts=attempt)
             error = outcome
             if error.retryable:
