@@ -280,12 +280,12 @@ class Service:
         self._per_key[key] += 1
         self.metrics.in_flight += 1
         label, status = "passthrough", 500
-        deadline = asyncio.get_running_loop().time() + self.config.request_timeout_s
         resp: web.StreamResponse
         try:
             spec = parse_method_request(body, self.config.caps)
             label = spec.method if spec else "passthrough"
             if spec is None and not body.get("stream"):
+                deadline = asyncio.get_running_loop().time() + self.config.request_timeout_s
                 resp = await self._forward(raw, deadline)  # the hot path: no timer of its own
             else:
                 work = (
