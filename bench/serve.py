@@ -8,22 +8,30 @@ against the floor a minimal proxy sets, in the same run.
 The scripted upstream (fixed latency), our service and the *floor* (a minimal raw-bytes aiohttp
 proxy written here: read the body, POST it upstream, return the bytes, nothing else) each run in
 their own process; the proxies get cores of their own, the load generator and upstream the
-first core (``--no-pin`` to share). The same load (``--concurrency`` workers, a fixed number of
-requests each, their starts spread over one upstream latency so arrivals are not in lockstep)
-goes straight to the upstream, through our service and through the floor, in turns, ``--rounds``
-times; each path's percentile is the median over its phases. Added latency = percentile
-through a proxy − direct percentile; the ratio to the floor's is given only where the floor's
-added p99 exceeds the direct path's own spread between phases (else it is noise, and
-``p99_added_minus_floor_ms`` is the number to read). Streamed:
-time to the first content byte, direct vs through the service, with the upstream streaming at
-60 tokens/s after its latency. Soak: ``--soak-requests`` pass-through requests at the same
-concurrency; the service's RSS after a warm-up tenth and at the end.
+first core (``--no-pin`` to share). Every process sets the garbage collector as the service
+does (``rse_fast.serve.settle_collector``): the floor so that it differs from the service only
+in the work it does, the load side so that its own pauses do not blur the percentiles.
+
+The same load (``--concurrency`` workers, a fixed number of requests each, their starts spread
+over one upstream latency so arrivals are not in lockstep) goes straight to the upstream,
+through our service and through the floor, in turns, ``--rounds`` times. A request's
+*overhead* is its latency less its time in the upstream's handler (read back from the upstream
+by the request's ``user`` tag), so the upstream's own timer jitter is not counted; each path's
+percentile is the median over its phases. Added = overhead percentile through a proxy − the
+direct path's; the ratio to the floor's is given only where the floor's added p99 exceeds the
+direct path's own spread between phases (else it is noise, and ``p99_added_minus_floor_ms`` is
+the number to read).
+
+Streamed: time to the first content byte, direct vs through the service, with the upstream
+streaming at 60 tokens/s after its latency. Soak: ``--soak-requests`` pass-through requests at
+the same concurrency; the service's RSS after a warm-up tenth and at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -36,6 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from rse_fast.local.server import free_port
+from rse_fast.serve.collector import settle_collector
 
 from common import write_result
 
@@ -45,6 +54,7 @@ BODY = {
     "max_tokens": 16,
 }
 STREAM_BODY = {**BODY, "stream": True}
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 # -- the floor: the least a proxy can do -------------------------------------------------------
@@ -75,6 +85,7 @@ def floor_proxy(port: int, upstream: str) -> None:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
+        settle_collector()  # the service's collector setting: the floor differs only in work
         print("FLOOR READY", flush=True)
         await asyncio.Event().wait()
 
@@ -115,28 +126,34 @@ def service_rss(proc: subprocess.Popen[str]) -> float:
 
 
 async def load(
-    url: str, concurrency: int, per_worker: int, body: dict[str, Any], spread_s: float
-) -> tuple[list[float], int]:
-    """Latency of each request (streamed: time to the first content byte), and the errors.
+    url: str, concurrency: int, per_worker: int, body: dict[str, Any], spread_s: float, tag: str
+) -> tuple[list[tuple[str, float]], int]:
+    """(``user`` tag, latency) of each request (streamed: time to the first content byte), and
+    the errors. Each request carries its own ``user`` tag, so its time in the upstream's
+    handler can be read back from the upstream (``held``) and taken off its latency.
 
     Worker i starts i/concurrency of ``spread_s`` (the upstream latency) after the first, so
     the requests in flight stay spread over the cycle as a real service's arrivals are. All
     starting together would keep them in lockstep: every request would then wait behind the
     burst of 200 replies landing in the same instant, and the percentiles would measure the
     load generator's own serial work on that burst rather than the path under test."""
-    latencies: list[float] = []
+    latencies: list[tuple[str, float]] = []
     errors = 0
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker(i: int, n: int) -> None:
+        async def worker(i: int, n: int, prefix: str) -> None:
             nonlocal errors
             await asyncio.sleep(spread_s * i / concurrency)
-            for _ in range(n):
+            for j in range(n):
+                user = f"{prefix}-{i}-{j}"
+                data = json.dumps({**body, "user": user}).encode()
                 t0 = time.perf_counter()
                 first = None
                 try:
-                    async with session.post(url + "/chat/completions", json=body) as resp:
+                    async with session.post(
+                        url + "/chat/completions", data=data, headers=JSON_HEADERS
+                    ) as resp:
                         if body.get("stream"):
                             async for line in resp.content:
                                 if first is None and b'"content": "' in line and b'""' not in line:
@@ -146,14 +163,22 @@ async def load(
                         ok = resp.status == 200
                 except aiohttp.ClientError:
                     ok = False
-                latencies.append((first or time.perf_counter()) - t0)
+                latencies.append((user, (first or time.perf_counter()) - t0))
                 errors += not ok
 
-        await asyncio.gather(*(worker(i, 1) for i in range(concurrency)))  # connections up
+        await asyncio.gather(*(worker(i, 1, tag + "w") for i in range(concurrency)))  # warm-up
         latencies.clear()
         errors = 0
-        await asyncio.gather(*(worker(i, per_worker) for i in range(concurrency)))
+        await asyncio.gather(*(worker(i, per_worker, tag) for i in range(concurrency)))
     return latencies, errors
+
+
+async def held_in_upstream(upstream_url: str) -> dict[str, float]:
+    """Seconds each tagged request spent in the upstream's handler (its LLM time)."""
+    debug = upstream_url.removesuffix("/v1") + "/debug/requests"
+    async with aiohttp.ClientSession() as session, session.get(debug) as r:
+        rows = await r.json()
+    return {row["user"]: row["held_s"] for row in rows if row.get("user")}
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -176,8 +201,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     all_cores = os.sched_getaffinity(0)
     if load_cores:  # this process is the load generator
         os.sched_setaffinity(0, load_cores)
+    settle_collector()  # this process is the load generator: its own pauses are noise
     upstream = start(
-        [sys.executable, "-m", "rse_fast.testing", "--port", str(up_port),
+        [sys.executable, __file__, "--scripted-upstream", "--port", str(up_port),
          "--latency", str(args.latency), "--tokens-per-s", "60"],
         "READY", load_cores,
     )  # fmt: skip
@@ -200,21 +226,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         rss_start = service_rss(service)
-        # direct, service and floor in turns, `rounds` times: p99s drift by several ms between
-        # phases on a shared 2-core machine, so each path's p99 is the median over its phases
-        runs: dict[str, list[list[float]]] = {"direct": [], "service": [], "floor": []}
+        # direct, service and floor in turns, `rounds` times: p99s drift between phases on a
+        # shared 2-core machine, so each path's percentile is the median over its phases
+        runs: dict[str, list[list[tuple[str, float]]]] = {"direct": [], "service": [], "floor": []}
         errors = 0
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
             for name, url in (("direct", upstream_url), ("service", service_url),
                               ("floor", floor_url)):  # fmt: skip
-                lat, err = await load(url, c, per_worker, BODY, args.latency)
+                lat, err = await load(url, c, per_worker, BODY, args.latency, f"{name}{r}")
                 runs[name].append(lat)
                 errors += err
+        held = await held_in_upstream(upstream_url)
         sc = max(10, c // 4)  # streamed: time to first token, at a lighter load
-        s_direct, e5 = await load(upstream_url, sc, per_worker, STREAM_BODY, args.latency)
-        s_through, e6 = await load(service_url, sc, per_worker, STREAM_BODY, args.latency)
-        s_floor, e7 = await load(floor_url, sc, per_worker, STREAM_BODY, args.latency)
-        errors += e5 + e6 + e7
+        streamed = {}
+        for name, url in (("direct", upstream_url), ("service", service_url),
+                          ("floor", floor_url)):  # fmt: skip
+            lat, err = await load(url, sc, per_worker, STREAM_BODY, args.latency, "s" + name)
+            streamed[name] = [t for _, t in lat]
+            errors += err
         if args.soak:
             out.update(await soak(service, service_url, args.soak_requests, c))
         peak = service_rss(service)
@@ -224,13 +253,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             proc.wait(10)
         os.sched_setaffinity(0, all_cores)  # the result records the machine's cores
 
-    def p(name: str, q: float) -> float:
-        return float(np.median([pct(lat, q) for lat in runs[name]]))
+    # a request's overhead: its latency less its time in the upstream's handler (the LLM's
+    # time, with whatever lateness the upstream's timers had on the loaded core)
+    overheads = {n: [[t - held[u] for u, t in ph] for ph in phases] for n, phases in runs.items()}
+    latencies = {n: [[t for _, t in ph] for ph in phases] for n, phases in runs.items()}
+
+    def p(name: str, q: float, of: dict[str, list[list[float]]] = overheads) -> float:
+        return float(np.median([pct(xs, q) for xs in of[name]]))
 
     added = p("service", 99) - p("direct", 99)
     floor_added = p("floor", 99) - p("direct", 99)
     # how far the direct path's own p99 moves between its phases: differences below it are noise
-    noise = float(np.ptp([pct(lat, 99) for lat in runs["direct"]]))
+    noise = float(np.ptp([pct(xs, 99) for xs in overheads["direct"]]))
     out = {
         "mode": "quick" if args.quick else "full",
         "workers": args.workers,
@@ -241,6 +275,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "load_cores": sorted(load_cores) if load_cores else None,
         "proxy_cores": sorted(proxy_cores) if proxy_cores else None,
         "arrivals": "staggered over the upstream latency",
+        "added_of": "overhead percentiles (latency less the upstream handler's time)",
         "p50_added_ms": p("service", 50) - p("direct", 50),
         "p99_added_ms": added,
         "floor_p50_added_ms": p("floor", 50) - p("direct", 50),
@@ -248,15 +283,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "p99_added_vs_floor": added / floor_added if floor_added > noise else None,
         "p99_added_minus_floor_ms": added - floor_added,
         "direct_p99_spread_ms": noise,
-        "direct_p50_ms": p("direct", 50),
-        "direct_p99_ms": p("direct", 99),
-        "service_p99_ms": p("service", 99),
-        "floor_p99_ms": p("floor", 99),
+        "direct_overhead_p50_ms": p("direct", 50),
+        "direct_overhead_p99_ms": p("direct", 99),
+        "per_phase_p99_added_ms": [
+            pct(a, 99) - pct(b, 99)
+            for a, b in zip(overheads["service"], overheads["direct"], strict=True)
+        ],
+        "per_phase_floor_p99_added_ms": [
+            pct(a, 99) - pct(b, 99)
+            for a, b in zip(overheads["floor"], overheads["direct"], strict=True)
+        ],
+        "latency_p99_added_ms": p("service", 99, latencies) - p("direct", 99, latencies),
+        "latency_floor_p99_added_ms": p("floor", 99, latencies) - p("direct", 99, latencies),
+        "direct_p50_ms": p("direct", 50, latencies),
+        "direct_p99_ms": p("direct", 99, latencies),
+        "service_p99_ms": p("service", 99, latencies),
+        "floor_p99_ms": p("floor", 99, latencies),
         "stream_concurrency": sc,
-        "ttft_direct_p50_ms": pct(s_direct, 50),
-        "ttft_added_p50_ms": pct(s_through, 50) - pct(s_direct, 50),
-        "ttft_floor_added_p50_ms": pct(s_floor, 50) - pct(s_direct, 50),
-        "ttft_added_p99_ms": pct(s_through, 99) - pct(s_direct, 99),
+        "ttft_direct_p50_ms": pct(streamed["direct"], 50),
+        "ttft_added_p50_ms": pct(streamed["service"], 50) - pct(streamed["direct"], 50),
+        "ttft_floor_added_p50_ms": pct(streamed["floor"], 50) - pct(streamed["direct"], 50),
+        "ttft_added_p99_ms": pct(streamed["service"], 99) - pct(streamed["direct"], 99),
         "errors": errors,
         "peak_rss_mb": peak,
         "rss_at_start_mb": rss_start,
@@ -310,7 +357,7 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument(
-        "--rounds", type=int, help="phases per path, in turns (default 3; 2 with --quick)"
+        "--rounds", type=int, help="phases per path, in turns (default 5; 2 with --quick)"
     )
     parser.add_argument(
         "--no-pin",
@@ -321,12 +368,19 @@ def main() -> None:
     )
     parser.add_argument("--floor-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    if sys.argv[1:2] == ["--scripted-upstream"]:  # the upstream, with the same collector
+        from rse_fast.testing import server
+
+        settle_collector()
+        sys.argv[1:2] = []
+        server.main()
+        return
     args = parser.parse_args()
     if args.floor_proxy:
         floor_proxy(args.floor_proxy, args.upstream)
         return
     if args.rounds is None:
-        args.rounds = 2 if args.quick else 3
+        args.rounds = 2 if args.quick else 5
     t0 = time.perf_counter()
     payload = asyncio.run(run(args))
     payload["wall_s"] = time.perf_counter() - t0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import urllib.error
 import urllib.request
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rse_fast.llm import RetryPolicy
-from rse_fast.serve.app import ServeConfig, Service
+from rse_fast.serve import Metrics, ServeConfig, Service, settle_collector
 from rse_fast.testing import Fault, ScriptedServer
 
 from fakes.scripted_model import GOLD, PROBLEM, reply
@@ -168,6 +169,49 @@ async def test_metrics_count_requests_tokens_and_errors():
     assert 'rse_fast_requests_total{method="passthrough",status="200"} 2' in text
     assert f'rse_fast_tokens_total{{role="passthrough"}} {tokens}' in text
     assert 'rse_fast_errors_total{type="invalid_request_error"} 1' in text
+
+
+async def test_latency_histogram_buckets_are_cumulative():
+    """Each request lands in one bucket; the rendered ``le`` buckets count every request at or
+    below their bound, as Prometheus expects."""
+    metrics = Metrics()
+    for seconds in (0.004, 0.005, 0.3, 0.3, 7.0, 400.0):
+        metrics.observe("passthrough", 200, seconds)
+    text = metrics.render()
+    expected = {"0.005": 2, "0.01": 2, "0.25": 2, "0.5": 4, "5": 4, "10": 5, "300": 5, "+Inf": 6}
+    for bound, count in expected.items():
+        assert f'rse_fast_request_seconds_bucket{{le="{bound}"}} {count}' in text, bound
+
+
+async def test_unknown_paths_and_methods_are_json_errors():
+    """No middleware wraps the routes: the catch-all still answers 404 and 405 (with Allow)
+    as OpenAI-shaped JSON, and with keys configured a wrong key still gets a JSON 401."""
+    async with ScriptedServer() as up, service(up, api_keys=["k"]) as (_, url):
+        root = url.removesuffix("/v1")
+        auth = {"Authorization": "Bearer k"}
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/chat/completions", headers=auth) as r:
+                not_allowed = (r.status, r.headers.get("Allow"), await r.json())
+            async with s.get(root + "/v1/nothing-here", headers=auth) as r:
+                missing = (r.status, r.content_type, await r.json())
+            async with s.get(root + "/v1/nothing-here") as r:
+                unauthorized = (r.status, await r.json())
+    assert not_allowed[0] == 405 and not_allowed[1] == "POST"
+    assert not_allowed[2]["error"]["type"] == "invalid_request_error"
+    assert missing[0] == 404 and missing[1] == "application/json"
+    assert missing[2]["error"]["type"] == "not_found_error"
+    assert unauthorized[0] == 401 and unauthorized[1]["error"]["code"] == "invalid_api_key"
+
+
+def test_settle_collector_freezes_the_heap_and_raises_the_young_threshold():
+    before = gc.get_threshold()
+    try:
+        settle_collector(12_345)
+        assert gc.get_threshold() == (12_345, before[1], before[2])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 # -- fuzzing: malformed requests always get a 4xx JSON error, never a 500 ----------------------

@@ -37,15 +37,39 @@ class EndpointState:
     supports_n: bool | None = None  # learnt: does the server honour n > 1?
     supports_schema: bool | None = None  # learnt: does it take a JSON-schema response_format?
     semaphore: asyncio.Semaphore | None = field(default=None, repr=False)
+    #: what every request to this endpoint sends (built once: aiohttp copies, never mutates)
+    headers: dict[str, str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.headers = {"Content-Type": "application/json"}
+        if self.endpoint.api_key:
+            self.headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
 
     @property
     def url(self) -> str:
         return self.endpoint.base_url
 
+    async def take(self) -> None:
+        """Hold one of this endpoint's concurrency slots; while waiting for it the request
+        already counts as outstanding, so routing sees the queue."""
+        if self.semaphore is None:
+            self.semaphore = asyncio.Semaphore(self.endpoint.max_concurrency)
+        self.outstanding += 1
+        try:
+            await self.semaphore.acquire()
+        except BaseException:
+            self.outstanding -= 1
+            raise
+
+    def give(self) -> None:
+        """Release the slot ``take`` held."""
+        assert self.semaphore is not None
+        self.semaphore.release()
+        self.outstanding -= 1
+
 
 class Slot:
-    """One concurrency slot of an endpoint, held for an ``async with`` block (a plain class:
-    every proxied request takes one, and a generator-based context manager costs more)."""
+    """One concurrency slot of an endpoint, held for an ``async with`` block."""
 
     __slots__ = ("state",)
 
@@ -53,21 +77,11 @@ class Slot:
         self.state = state
 
     async def __aenter__(self) -> EndpointState:
-        state = self.state
-        if state.semaphore is None:
-            state.semaphore = asyncio.Semaphore(state.endpoint.max_concurrency)
-        state.outstanding += 1
-        try:
-            await state.semaphore.acquire()
-        except BaseException:
-            state.outstanding -= 1
-            raise
-        return state
+        await self.state.take()
+        return self.state
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self.state.semaphore is not None
-        self.state.semaphore.release()
-        self.state.outstanding -= 1
+        self.state.give()
 
 
 class EndpointPool:
@@ -92,6 +106,8 @@ class EndpointPool:
         self._rr = itertools.count()
 
     def pick(self) -> EndpointState:
+        if len(self.states) == 1:  # one endpoint: nothing to choose, even while cooling down
+            return self.states[0]
         now = time.monotonic()
         healthy = [s for s in self.states if s.cooldown_until <= now]
         if not healthy:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -118,13 +118,6 @@ class Transport:
     async def close(self) -> None:
         await self._session.close()
 
-    @staticmethod
-    def headers(state: EndpointState) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if state.endpoint.api_key:
-            headers["Authorization"] = f"Bearer {state.endpoint.api_key}"
-        return headers
-
     async def post(
         self,
         path: str,
@@ -137,7 +130,7 @@ class Transport:
         """POST ``body`` (JSON-encoded once) to ``path`` and return ``read``'s result."""
         return await self._send("POST", path, json.dumps(body).encode(), body, read, state, keep)
 
-    async def post_bytes(
+    def post_bytes(
         self,
         path: str,
         data: bytes,
@@ -145,13 +138,15 @@ class Transport:
         *,
         keep: contextlib.AsyncExitStack | None = None,
         deadline: float | None = None,
-    ) -> T:
-        """POST a body that is already encoded (a proxy forwarding its caller's bytes).
+    ) -> Coroutine[Any, Any, T]:
+        """POST a body that is already encoded (a proxy forwarding its caller's bytes); await
+        the result. A plain function returning ``_send``'s coroutine: on a proxy's hot path
+        each coroutine layer is resumed at every event of every request.
 
         ``deadline`` (event-loop time) bounds the attempts and the waits between them: it
         rides on each attempt's own timeout, so a proxied request needs no timer of its own;
         past it the call ends in an LLMDeadlineError."""
-        return await self._send("POST", path, data, None, read, None, keep, deadline)
+        return self._send("POST", path, data, None, read, None, keep, deadline)
 
     async def get(self, path: str, read: Reader[T]) -> T:
         """GET ``path`` with the same routing, auth and retries."""
@@ -170,17 +165,22 @@ class Transport:
     ) -> T:
         base = self._stream_timeout if keep is not None else self._call_timeout
         timeout = base
+        loop = asyncio.get_running_loop()
         attempt = 0
         while True:
             attempt += 1
             if deadline is not None:
-                left = deadline - asyncio.get_running_loop().time()
+                left = deadline - loop.time()
                 if left <= 0:
                     raise LLMDeadlineError("the deadline passed before the request was sent")
                 timeout = _within_deadline(base, left)
-            if keep is None:  # the common case, without an exit stack
-                async with self.pool.slot(state) as st:
+            if keep is None:  # the common case: no exit stack, no slot object
+                st = state or self.pool.pick()
+                await st.take()
+                try:
                     outcome = await self._attempt(verb, st, path, data, read, timeout, None)
+                finally:
+                    st.give()
             else:
                 async with contextlib.AsyncExitStack() as scope:
                     st = await scope.enter_async_context(self.pool.slot(state))
@@ -193,7 +193,7 @@ class Transport:
             if (
                 isinstance(outcome, LLMTimeoutError)
                 and deadline is not None
-                and asyncio.get_running_loop().time() >= deadline - TIMER_SLACK_S
+                and loop.time() >= deadline - TIMER_SLACK_S
             ):  # the total cut to the deadline fired, not a connect or read timeout
                 raise LLMDeadlineError("the deadline passed", endpoint=st.url, attempts=attempt)
             error = outcome
@@ -202,9 +202,7 @@ class Transport:
             if self.on_failure is not None and body is not None:
                 self.on_failure(body, error)
             delay = self.retry.delay(attempt, error.retry_after)
-            out_of_time = (
-                deadline is not None and asyncio.get_running_loop().time() + delay >= deadline
-            )
+            out_of_time = deadline is not None and loop.time() + delay >= deadline
             if not error.retryable or attempt >= self.retry.max_attempts or out_of_time:
                 error.attempts = attempt
                 raise error
@@ -225,7 +223,7 @@ class Transport:
         ``scope`` the response stays open (a stream read later); without, it is released."""
         try:
             request = self.session().request(
-                verb, st.url + path, data=data, headers=self.headers(st), timeout=timeout
+                verb, st.url + path, data=data, headers=st.headers, timeout=timeout
             )
             if scope is not None:
                 return await _checked_read(st, await scope.enter_async_context(request), read)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import hmac
 import json
 import logging
@@ -56,6 +55,7 @@ from rse_fast.errors import (
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.routing import EndpointState
 from rse_fast.llm.transport import stream_lines
+from rse_fast.serve.collector import settle_collector
 from rse_fast.serve.metrics import Metrics
 from rse_fast.serve.requests import Caps, MethodRequest, parse_method_request, run_method
 
@@ -183,51 +183,59 @@ class Service:
 
     # -- app -------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._guard])
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", self.prometheus)
+        """Each route is wrapped in ``_guarded`` instead of a middleware: aiohttp runs any
+        middleware through two extra coroutine layers on every request. A last catch-all
+        route answers unknown paths and methods with the same JSON errors."""
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        routes: dict[str, dict[str, Handler]] = {
+            "/v1/chat/completions": {"POST": self.chat},
+            "/v1/models": {"GET": self.models},
+            "/health": {"GET": self.health},
+            "/metrics": {"GET": self.prometheus},
+        }
+        for path, methods in routes.items():
+            for verb, handler in methods.items():
+                app.router.add_route(verb, path, self._guarded(handler))
+        app.router.add_route("*", "/{tail:.*}", self._guarded(_no_route(routes)))
         app.on_startup.append(self._warm)
         app.on_cleanup.append(self._close)
         return app
 
     async def _warm(self, app: web.Application) -> None:
         """Before serving, off the event loop: compile (or load) the dedup kernels and load
-        answer checking. Then freeze the heap built so far, so the garbage collector never
-        walks it again: a full collection over numba's and numpy's objects stalls the loop
-        for tens of milliseconds, which is what a proxy's p99 would show."""
+        answer checking."""
         await asyncio.to_thread(_load_once)
-        gc.freeze()
 
     async def _close(self, app: web.Application) -> None:
         await self.client.close()
 
-    @web.middleware
-    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Auth, then the handler; every error it raises becomes an OpenAI-shaped JSON error
-        (one middleware: each layer costs every request a little CPU)."""
-        try:
-            self._authenticate(request)
-            return await handler(request)
-        except ServiceError as exc:
-            self.metrics.error(exc.kind)
-            return error_response(exc)
-        except web.HTTPRequestEntityTooLarge:
-            self.metrics.error("request_too_large")
-            limit = self.config.max_body_bytes
-            return error_response(ServiceError(413, f"request body over {limit} bytes"))
-        except web.HTTPException as exc:
-            if exc.status >= 400:
-                kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
-                return error_response(ServiceError(exc.status, exc.reason, kind))
-            raise
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception:
-            log.exception("unexpected error serving %s", request.path)
-            self.metrics.error("internal_error")
-            return error_response(ServiceError(500, "internal error", "server_error"))
+    def _guarded(self, handler: Handler) -> Handler:
+        """``handler`` after auth; every error it raises becomes an OpenAI-shaped JSON error."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            try:
+                self._authenticate(request)
+                return await handler(request)
+            except ServiceError as exc:
+                self.metrics.error(exc.kind)
+                return error_response(exc)
+            except web.HTTPRequestEntityTooLarge:
+                self.metrics.error("request_too_large")
+                limit = self.config.max_body_bytes
+                return error_response(ServiceError(413, f"request body over {limit} bytes"))
+            except web.HTTPException as exc:
+                if exc.status >= 400:
+                    kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+                    return error_response(ServiceError(exc.status, exc.reason, kind))
+                raise
+            except (asyncio.CancelledError, ConnectionResetError):
+                raise
+            except Exception:
+                log.exception("unexpected error serving %s", request.path)
+                self.metrics.error("internal_error")
+                return error_response(ServiceError(500, "internal error", "server_error"))
+
+        return guarded
 
     def _authenticate(self, request: web.Request) -> None:
         if request.path == "/health":
@@ -324,7 +332,7 @@ class Service:
     @staticmethod
     def _parse(raw: bytes) -> dict[str, Any]:
         try:
-            body = json.loads(raw)
+            body = json.loads(raw.decode())  # JSON over HTTP is UTF-8 (RFC 8259)
         except (ValueError, UnicodeDecodeError):
             raise ServiceError(400, "request body is not valid JSON") from None
         if not isinstance(body, dict):
@@ -466,6 +474,21 @@ class Service:
         return resp
 
 
+def _no_route(routes: dict[str, dict[str, Handler]]) -> Handler:
+    """The catch-all handler: 405 (with Allow) for a known path, else 404."""
+
+    async def no_route(request: web.Request) -> web.StreamResponse:
+        allowed = routes.get(request.path)
+        if allowed is None:
+            raise ServiceError(404, f"no route {request.path}", "not_found_error")
+        raise ServiceError(
+            405, f"{request.method} is not allowed on {request.path}",
+            headers={"Allow": ", ".join(allowed)},
+        )  # fmt: skip
+
+    return no_route
+
+
 def _load_once() -> None:
     from rse_fast import kernels
     from rse_fast.answers import answers_equivalent
@@ -558,7 +581,8 @@ async def serve(
         access_log=None,
         shutdown_timeout=shutdown_timeout_s,
     )
-    await runner.setup()
+    await runner.setup()  # the start-up hooks have run: kernels warm, heap built
+    settle_collector()
     site = web.SockSite(runner, reuse_port_socket(host, port))
     await site.start()
     url = f"http://{host}:{port}/v1"

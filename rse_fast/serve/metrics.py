@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections import defaultdict
+from itertools import accumulate
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -14,7 +16,7 @@ class Metrics:
         self.requests: dict[tuple[str, int], int] = defaultdict(int)
         self.errors: dict[str, int] = defaultdict(int)
         self.tokens: dict[str, int] = defaultdict(int)
-        self.latency_buckets = [0] * len(BUCKETS)
+        self.latency_buckets = [0] * (len(BUCKETS) + 1)  # per bucket, the last over all
         self.latency_sum = 0.0
         self.latency_count = 0
         self.in_flight = 0
@@ -25,9 +27,7 @@ class Metrics:
             self.requests[(method, status)] += 1
             self.latency_sum += seconds
             self.latency_count += 1
-            for i, b in enumerate(BUCKETS):
-                if seconds <= b:
-                    self.latency_buckets[i] += 1
+            self.latency_buckets[bisect_left(BUCKETS, seconds)] += 1  # cumulated in render
 
     def error(self, kind: str) -> None:
         with self._lock:
@@ -63,7 +63,7 @@ class Metrics:
             ]
             out += [
                 f'rse_fast_request_seconds_bucket{{le="{b}"}} {n}'
-                for b, n in zip(BUCKETS, self.latency_buckets, strict=True)
+                for b, n in zip(BUCKETS, accumulate(self.latency_buckets), strict=False)
             ]
             out += [
                 f'rse_fast_request_seconds_bucket{{le="+Inf"}} {self.latency_count}',

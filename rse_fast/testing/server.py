@@ -162,6 +162,7 @@ class ScriptedServer:
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)  # injected latency, per request
+    held: list[float] = field(default_factory=list)  # seconds each request was in the handler
     in_flight: int = 0
     max_in_flight: int = 0
 
@@ -235,14 +236,17 @@ class ScriptedServer:
         return web.json_response({"status": "ok"})
 
     async def _debug_requests(self, request: web.Request) -> web.Response:
-        """Seed and injected latency of every request so far (benchmarks read it back)."""
+        """Seed, ``user``, injected latency and time in the handler of every request so far
+        (benchmarks read it back: a proxy's overhead is a caller's latency less ``held_s``)."""
         rows = [
             {
                 "seed": b.get("seed"),
+                "user": b.get("user"),
                 "system": (b.get("messages") or [{}])[0].get("content"),
                 "delay_s": d,
+                "held_s": h,
             }
-            for b, d in zip(self.requests, self.delays, strict=False)
+            for b, d, h in zip(self.requests, self.delays, self.held, strict=False)
         ]
         return web.json_response(rows)
 
@@ -252,6 +256,7 @@ class ScriptedServer:
         )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        t0 = time.perf_counter()
         if self.api_key is not None and request.headers.get("Authorization") != (
             f"Bearer {self.api_key}"
         ):
@@ -265,12 +270,14 @@ class ScriptedServer:
             return web.json_response(error_body(404, message, "model"), status=404)
         i = len(self.requests)
         self.requests.append(body)
+        self.held.append(0.0)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             return await self._answer(request, body, self._fault(i, body))
         finally:
             self.in_flight -= 1
+            self.held[i] = time.perf_counter() - t0
 
     async def _answer(
         self, request: web.Request, body: dict[str, Any], fault: Fault | None
