@@ -8,9 +8,7 @@ against the floor a minimal proxy sets, in the same run.
 The scripted upstream (fixed latency), our service and the *floor* (a minimal raw-bytes aiohttp
 proxy written here: read the body, POST it upstream, return the bytes, nothing else) each run in
 their own process; the proxies get cores of their own, the load generator and upstream the
-first core (``--no-pin`` to share). Every process sets the garbage collector as the service
-does (``rse_fast.serve.settle_collector``): the floor so that it differs from the service only
-in the work it does, the load side so that its own pauses do not blur the percentiles.
+first core (``--no-pin`` to share).
 
 The same load (``--concurrency`` workers, a fixed number of requests each, their starts spread
 over one upstream latency so arrivals are not in lockstep) goes straight to the upstream,
@@ -44,7 +42,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from rse_fast.local.server import free_port
-from rse_fast.serve.collector import settle_collector
 
 from common import write_result
 
@@ -85,7 +82,6 @@ def floor_proxy(port: int, upstream: str) -> None:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
-        settle_collector()  # the service's collector setting: the floor differs only in work
         print("FLOOR READY", flush=True)
         await asyncio.Event().wait()
 
@@ -201,9 +197,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     all_cores = os.sched_getaffinity(0)
     if load_cores:  # this process is the load generator
         os.sched_setaffinity(0, load_cores)
-    settle_collector()  # this process is the load generator: its own pauses are noise
     upstream = start(
-        [sys.executable, __file__, "--scripted-upstream", "--port", str(up_port),
+        [sys.executable, "-m", "rse_fast.testing", "--port", str(up_port),
          "--latency", str(args.latency), "--tokens-per-s", "60"],
         "READY", load_cores,
     )  # fmt: skip
@@ -368,13 +363,6 @@ def main() -> None:
     )
     parser.add_argument("--floor-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
-    if sys.argv[1:2] == ["--scripted-upstream"]:  # the upstream, with the same collector
-        from rse_fast.testing import server
-
-        settle_collector()
-        sys.argv[1:2] = []
-        server.main()
-        return
     args = parser.parse_args()
     if args.floor_proxy:
         floor_proxy(args.floor_proxy, args.upstream)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import urllib.error
 import urllib.request
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rse_fast.llm import RetryPolicy
-from rse_fast.serve import Metrics, ServeConfig, Service, settle_collector
+from rse_fast.serve import Metrics, ServeConfig, Service
 from rse_fast.testing import Fault, ScriptedServer
 
 from fakes.scripted_model import GOLD, PROBLEM, reply
@@ -201,17 +200,6 @@ async def test_unknown_paths_and_methods_are_json_errors():
     assert missing[0] == 404 and missing[1] == "application/json"
     assert missing[2]["error"]["type"] == "not_found_error"
     assert unauthorized[0] == 401 and unauthorized[1]["error"]["code"] == "invalid_api_key"
-
-
-def test_settle_collector_freezes_the_heap_and_raises_the_young_threshold():
-    before = gc.get_threshold()
-    try:
-        settle_collector(12_345)
-        assert gc.get_threshold() == (12_345, before[1], before[2])
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*before)
 
 
 # -- fuzzing: malformed requests always get a 4xx JSON error, never a 500 ----------------------

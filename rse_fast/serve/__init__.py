@@ -13,7 +13,6 @@ _LAZY = {
     "MethodRequest": "rse_fast.serve.requests",
     "parse_method_request": "rse_fast.serve.requests",
     "Metrics": "rse_fast.serve.metrics",
-    "settle_collector": "rse_fast.serve.collector",
 }
 __all__ = [
     "MethodRequest",
@@ -22,12 +21,10 @@ __all__ = [
     "Service",
     "parse_method_request",
     "serve",
-    "settle_collector",
 ]
 
 if TYPE_CHECKING:
     from rse_fast.serve.app import ServeConfig, Service, serve
-    from rse_fast.serve.collector import settle_collector
     from rse_fast.serve.metrics import Metrics
     from rse_fast.serve.requests import MethodRequest, parse_method_request
 

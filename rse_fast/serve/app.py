@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import json
 import logging
@@ -55,7 +56,6 @@ from rse_fast.errors import (
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.routing import EndpointState
 from rse_fast.llm.transport import stream_lines
-from rse_fast.serve.collector import settle_collector
 from rse_fast.serve.metrics import Metrics
 from rse_fast.serve.requests import Caps, MethodRequest, parse_method_request, run_method
 
@@ -203,8 +203,11 @@ class Service:
 
     async def _warm(self, app: web.Application) -> None:
         """Before serving, off the event loop: compile (or load) the dedup kernels and load
-        answer checking."""
+        answer checking. Then freeze the heap built so far, so the garbage collector never
+        walks it again: a full collection over numba's and numpy's objects stalls the loop
+        for tens of milliseconds, which is what a proxy's p99 would show."""
         await asyncio.to_thread(_load_once)
+        gc.freeze()
 
     async def _close(self, app: web.Application) -> None:
         await self.client.close()
@@ -332,7 +335,7 @@ class Service:
     @staticmethod
     def _parse(raw: bytes) -> dict[str, Any]:
         try:
-            body = json.loads(raw.decode())  # JSON over HTTP is UTF-8 (RFC 8259)
+            body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             raise ServiceError(400, "request body is not valid JSON") from None
         if not isinstance(body, dict):
@@ -581,8 +584,7 @@ async def serve(
         access_log=None,
         shutdown_timeout=shutdown_timeout_s,
     )
-    await runner.setup()  # the start-up hooks have run: kernels warm, heap built
-    settle_collector()
+    await runner.setup()
     site = web.SockSite(runner, reuse_port_socket(host, port))
     await site.start()
     url = f"http://{host}:{port}/v1"
