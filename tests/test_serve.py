@@ -339,3 +339,17 @@ async def test_request_over_the_service_deadline_is_a_504_json_error(extra):
         svc.metrics.in_flight == 0
         and svc.metrics.requests[("sc" if extra.get("model") else "passthrough", 504)] == 1
     )
+
+
+async def test_scripted_upstream_reports_each_tagged_requests_time_in_its_handler():
+    """What bench/serve.py subtracts from a caller's latency: per ``user`` tag, the time the
+    request spent in the upstream's handler (its injected latency and the timers' lateness)."""
+    async with ScriptedServer(latency=0.05) as up, aiohttp.ClientSession() as s:
+        for user in ("a-0", "a-1"):
+            body = {"model": "scripted", "messages": MSG, "user": user}
+            async with s.post(up.base_url + "/chat/completions", json=body) as r:
+                assert r.status == 200
+        async with s.get(up.base_url.removesuffix("/v1") + "/debug/requests") as r:
+            rows = await r.json()
+    assert [row["user"] for row in rows] == ["a-0", "a-1"]
+    assert all(0.05 <= row["held_s"] < 0.5 for row in rows), rows
