@@ -179,11 +179,12 @@ async def held_in_upstream(upstream_url: str) -> dict[str, float]:
 
 def ratio_interval(
     overheads: dict[str, list[list[float]]], reps: int = 300, seed: int = 0
-) -> list[float]:
+) -> list[float | None]:
     """5th, 50th and 95th percentiles of the p99 added ratio (service ÷ floor) under a two-level
     bootstrap: rounds drawn with replacement (the three paths of a round together, as they ran
     side by side), then requests within each drawn phase. It carries both the drift between
-    rounds and the sampling error of a p99, which a single ratio hides."""
+    rounds and the sampling error of a p99, which a single ratio hides. A draw where the floor
+    adds nothing has no ratio (infinite); a percentile that lands on such draws is None."""
     rng = np.random.default_rng(seed)
     arrays = {n: [np.asarray(ph) * 1e3 for ph in phases] for n, phases in overheads.items()}
     rounds = len(arrays["direct"])
@@ -196,7 +197,8 @@ def ratio_interval(
         }
         floor = p99["floor"] - p99["direct"]
         ratios.append((p99["service"] - p99["direct"]) / floor if floor > 0 else np.inf)
-    return [float(x) for x in np.percentile(ratios, [5, 50, 95])]
+    picks = np.percentile(ratios, [5, 50, 95], method="nearest")  # no inf − inf interpolation
+    return [float(x) if np.isfinite(x) else None for x in picks]
 
 
 def pct(xs: list[float], q: float) -> float:
