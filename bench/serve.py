@@ -247,19 +247,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rss_start = service_rss(service)
         # direct, service and floor in turns, `rounds` times: p99s drift between phases on a
         # shared 2-core machine, so each path's percentile is the median over its phases
-        runs: dict[str, list[list[tuple[str, float]]]] = {"direct": [], "service": [], "floor": []}
+        paths = (("direct", upstream_url), ("service", service_url), ("floor", floor_url))
+        runs: dict[str, list[list[tuple[str, float]]]] = {name: [] for name, _ in paths}
         errors = 0
         for r in range(args.rounds):
-            for name, url in (("direct", upstream_url), ("service", service_url),
-                              ("floor", floor_url)):  # fmt: skip
+            for name, url in paths:
                 lat, err = await load(url, c, per_worker, BODY, args.latency, f"{name}{r}")
                 runs[name].append(lat)
                 errors += err
         held = await held_in_upstream(upstream_url)
         sc = max(10, c // 4)  # streamed: time to first token, at a lighter load
         streamed = {}
-        for name, url in (("direct", upstream_url), ("service", service_url),
-                          ("floor", floor_url)):  # fmt: skip
+        for name, url in paths:
             lat, err = await load(url, sc, per_worker, STREAM_BODY, args.latency, "s" + name)
             streamed[name] = [t for _, t in lat]
             errors += err
@@ -279,6 +278,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     def p(name: str, q: float, of: dict[str, list[list[float]]] = overheads) -> float:
         return float(np.median([pct(xs, q) for xs in of[name]]))
+
+    def per_phase(name: str) -> list[float]:
+        """p99 added in each round: the proxy's phase against the direct phase before it."""
+        pairs = zip(overheads[name], overheads["direct"], strict=True)
+        return [pct(mine, 99) - pct(direct, 99) for mine, direct in pairs]
 
     added = p("service", 99) - p("direct", 99)
     floor_added = p("floor", 99) - p("direct", 99)
@@ -305,14 +309,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "direct_p99_spread_ms": noise,
         "direct_overhead_p50_ms": p("direct", 50),
         "direct_overhead_p99_ms": p("direct", 99),
-        "per_phase_p99_added_ms": [
-            pct(a, 99) - pct(b, 99)
-            for a, b in zip(overheads["service"], overheads["direct"], strict=True)
-        ],
-        "per_phase_floor_p99_added_ms": [
-            pct(a, 99) - pct(b, 99)
-            for a, b in zip(overheads["floor"], overheads["direct"], strict=True)
-        ],
+        "per_phase_p99_added_ms": per_phase("service"),
+        "per_phase_floor_p99_added_ms": per_phase("floor"),
         "latency_p99_added_ms": p("service", 99, latencies) - p("direct", 99, latencies),
         "latency_floor_p99_added_ms": p("floor", 99, latencies) - p("direct", 99, latencies),
         "direct_p50_ms": p("direct", 50, latencies),

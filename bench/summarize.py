@@ -72,12 +72,7 @@ ROWS: list[tuple[str, str, str, str]] = [
         "ours ÷ the floor, p99 added latency (None: the floor's is within the noise)",
     ),
     ("serve", "p99_added_minus_floor_ms", "–", "ours − the floor, p99 added latency"),
-    (
-        "serve",
-        "p99_added_vs_floor_bootstrap",
-        "–",
-        "that ratio's 5th / 50th / 95th percentiles, rounds and requests resampled",
-    ),
+    ("serve", "p99_added_vs_floor_bootstrap", "–", "its 5/50/95th pct, rounds+requests resampled"),
     ("serve", "direct_p99_spread_ms", "–", "the direct path's own p99 overhead spread, phases"),
     ("serve", "proxy_cores", "–", "cores of the proxy under test (load and upstream: the rest)"),
     ("serve", "ttft_added_p50_ms", "≤ 2", "streamed: time to first token added, p50"),

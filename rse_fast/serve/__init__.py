@@ -14,14 +14,7 @@ _LAZY = {
     "parse_method_request": "rse_fast.serve.requests",
     "Metrics": "rse_fast.serve.metrics",
 }
-__all__ = [
-    "MethodRequest",
-    "Metrics",
-    "ServeConfig",
-    "Service",
-    "parse_method_request",
-    "serve",
-]
+__all__ = ["MethodRequest", "Metrics", "ServeConfig", "Service", "parse_method_request", "serve"]
 
 if TYPE_CHECKING:
     from rse_fast.serve.app import ServeConfig, Service, serve
