@@ -38,7 +38,7 @@ from rse_fast.errors import (
     ServiceError,
     UnknownOptionError,
 )
-from rse_fast.lazy import attach
+from rse_fast.util.lazy import attach
 
 __version__ = "0.1.0"
 

@@ -142,6 +142,11 @@ class LocalServerError(RSEFastError, RuntimeError):
     """llama-server is missing, exited, or did not become healthy in time."""
 
 
+class InsecureServiceError(RSEFastError, ValueError):
+    """The service was asked to run in a way that exposes it (e.g. no keys on a public
+    address) without the operator's explicit consent."""
+
+
 class ServiceError(RSEFastError):
     """An error the OpenAI-compatible service answers as ``{"error": {...}}`` with a status.
 

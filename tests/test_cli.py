@@ -17,7 +17,20 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
     with threaded_server(default_reply=reply) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
         code = cli.main(
-            ["solve", PROBLEM, "--rounds", "3", "--k", "3", "--gold", GOLD, "--trace", str(trace)]
+            [
+                "solve",
+                PROBLEM,
+                "--rounds",
+                "3",
+                "--k",
+                "3",
+                "--gold",
+                GOLD,
+                "--trace",
+                str(trace),
+                "--settle-margin",
+                "off",
+            ]  # the fake's round 1 is unanimous (and wrong)
         )
         out = capsys.readouterr()
         assert code == 0
@@ -25,7 +38,8 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
         assert "round 1/3" in out.err  # progress, one line per round when not a terminal
         records = [json.loads(line) for line in trace.read_text().splitlines()]
         calls, last = records[:-1], records[-1]
-        assert len(calls) == 18 and all("request" in c and "texts" in c for c in calls)
+        # 9 rollouts, 6 distillations: the last round is not distilled (no --bank-out)
+        assert len(calls) == 15 and all("request" in c and "texts" in c for c in calls)
         assert last["kind"] == "rse_result" and last["result"]["answer"] == "42"
 
         code = cli.main(
@@ -40,6 +54,7 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
                 "2",
                 "--json",
                 "--quiet",
+                "--distill-final-round",  # one round: its bank is wanted here
             ]
         )
         data = json.loads(capsys.readouterr().out)
@@ -73,7 +88,7 @@ def test_bad_config_is_a_usage_error_naming_the_range(capsys):
 
 
 def test_bank_carried_across_problems_with_bank_out_and_bank_in(capsys, tmp_path):
-    from rse_fast.prompts import ORIGIN_RELATED
+    from rse_fast.prompts import FRAMING
     from rse_fast.rse.bank import ExperienceBank
 
     from fakes.scripted_model import PITFALL, is_solve, prompt_of
@@ -90,7 +105,7 @@ def test_bank_carried_across_problems_with_bank_out_and_bank_in(capsys, tmp_path
         assert cli.main(["solve", other, *base, "--bank-in", str(bank)]) == 0
         first_prompts = [prompt_of(b) for b in srv.requests[n_before:] if is_solve(b)]
     capsys.readouterr()
-    assert first_prompts and all(ORIGIN_RELATED in p and PITFALL in p for p in first_prompts)
+    assert first_prompts and all(FRAMING[False] in p and PITFALL in p for p in first_prompts)
 
 
 def test_terminal_gets_live_progress_bars_with_rates_and_bank_names():

@@ -20,8 +20,9 @@ from rse_fast.testing import Fault, ScriptedServer
 from fakes.scripted_model import (
     FACT,
     GOLD,
+    GUIDED_MARK,
+    MECHANISM,
     PITFALL,
-    PITFALLS_HEADER,
     PROBLEM,
     is_distill,
     is_solve,
@@ -40,7 +41,7 @@ def encoder() -> Encoder:
 
 def make_rse(url: str, encoder: Encoder, **cfg) -> RSE:
     client = LLMClient(url, "scripted", retry=FAST)
-    return RSE(client, encoder, RSEConfig(**{"rounds": 3, "k": 4, **cfg}))
+    return RSE(client, encoder, RSEConfig(**{"rounds": 3, "k": 4, **MECHANISM, **cfg}))
 
 
 async def solve(url: str, encoder: Encoder, gold: str | None = None, **cfg):
@@ -54,7 +55,7 @@ async def test_recycling_changes_round_two_prompts_and_answers(encoder):
         result = await solve(srv.base_url, encoder, GOLD)
     solve_prompts = [prompt_of(b) for b in srv.requests if is_solve(b)]
     assert len(solve_prompts) == 12
-    assert all(PITFALLS_HEADER not in p for p in solve_prompts[:4])  # empty bank: plain prompt
+    assert all(GUIDED_MARK not in p for p in solve_prompts[:4])  # empty bank: plain prompt
     assert all(PITFALL in p and FACT in p for p in solve_prompts[4:])
     assert result.accuracy_per_round == [0.0, 1.0, 1.0]
     assert [r.answer for r in result.rounds] == ["32", "42", "42"]
@@ -101,12 +102,12 @@ async def test_same_outputs_give_the_same_bank_whatever_the_arrival_order(encode
 
 async def test_resume_after_interruption_loses_only_the_round_in_flight(encoder, tmp_path):
     def fail_round_three(i, body):
-        return Fault("status", status=503) if (body.get("seed") or 0) >= 3000 else None
+        return Fault("status", status=503) if (body.get("seed") or 0) >= 2000 else None
 
     ckpt = tmp_path / "ckpt"
     async with ScriptedServer(default_reply=reply, faults=fail_round_three) as srv:
         client = LLMClient(srv.base_url, "scripted", retry=FAST)
-        rse = RSE(client, encoder, RSEConfig(rounds=3, k=4), checkpoint_dir=ckpt)
+        rse = RSE(client, encoder, RSEConfig(rounds=3, k=4, **MECHANISM), checkpoint_dir=ckpt)
         with pytest.raises(RoundFailedError, match="round 3"):
             async with client:
                 await rse.solve(PROBLEM, gold=GOLD)
@@ -114,7 +115,7 @@ async def test_resume_after_interruption_loses_only_the_round_in_flight(encoder,
 
     async with ScriptedServer(default_reply=reply) as srv:
         client = LLMClient(srv.base_url, "scripted", retry=FAST)
-        rse = RSE(client, encoder, RSEConfig(rounds=3, k=4), checkpoint_dir=ckpt)
+        rse = RSE(client, encoder, RSEConfig(rounds=3, k=4, **MECHANISM), checkpoint_dir=ckpt)
         async with client:
             result = await rse.solve(PROBLEM, gold=GOLD, resume=True)
     assert result.resumed_from_round == 2 and len(result.rounds) == 3
@@ -127,7 +128,7 @@ async def test_resume_after_interruption_loses_only_the_round_in_flight(encoder,
 async def test_resume_refuses_another_problem(encoder, tmp_path):
     async with ScriptedServer(default_reply=reply) as srv:
         client = LLMClient(srv.base_url, "scripted", retry=FAST)
-        rse = RSE(client, encoder, RSEConfig(rounds=1, k=2), checkpoint_dir=tmp_path)
+        rse = RSE(client, encoder, RSEConfig(rounds=1, k=2, **MECHANISM), checkpoint_dir=tmp_path)
         async with client:
             await rse.solve(PROBLEM)
             with pytest.raises(ValueError, match="another problem"):
@@ -220,7 +221,7 @@ async def test_streamed_distillation_embeds_statements_while_the_reply_streams(e
             rse = RSE(
                 LLMClient(srv.base_url, "scripted", retry=FAST),
                 timed_encoder,  # type: ignore[arg-type]
-                RSEConfig(rounds=1, k=1, stream_distill=streamed),
+                RSEConfig(rounds=1, k=1, stream_distill=streamed, **MECHANISM),
             )
             async with rse.client:
                 result = await rse.solve(PROBLEM)
@@ -258,7 +259,7 @@ def test_sync_solve_and_config_validation(encoder):
 
 
 # -- fidelity to the method: rules, traces, retries, support, ablations ------------------------
-from rse_fast.prompts import GUIDED_RULES, ORIGIN_RELATED, ORIGIN_SAME  # noqa: E402
+from rse_fast.prompts import FRAMING, GUIDED_RULES, ORIGIN_SAME  # noqa: E402
 from rse_fast.rse.bank import ExperienceBank  # noqa: E402
 from rse_fast.testing import Reply  # noqa: E402
 
@@ -347,13 +348,14 @@ async def test_unparseable_distillation_is_retried_with_new_seeds_and_booked(enc
     assert [x.distill_tries for x in result.rounds[0].rollouts] == [2, 2]
 
 
-async def test_guided_prompt_carries_the_rules_and_honest_framing(encoder):
+async def test_guided_prompt_is_one_framing_line_then_the_items(encoder):
     async with ScriptedServer(default_reply=reply) as srv:
         result = await solve(srv.base_url, encoder, GOLD, rounds=2)
     block = result.rounds[1].experience_block
-    rules_same = GUIDED_RULES.format(origin=ORIGIN_SAME)
-    assert block.startswith(rules_same) and PITFALL in block
-    assert "Never repeat one" in block and "Use only numbers you derive yourself" in block
+    lines = block.splitlines()
+    assert lines[0] == FRAMING[True] and f"- avoid: {PITFALL}" in lines
+    assert all(line.startswith(("- avoid: ", "- found: ")) for line in lines[1:])
+    assert "Never repeat one" not in block  # the long rules are an ablation now
     # the bank goes to the next problem: the framing says it comes from related problems
     other = "What is 38 + 27? Mind the carry."
     async with ScriptedServer(default_reply=reply) as srv2:
@@ -362,8 +364,17 @@ async def test_guided_prompt_carries_the_rules_and_honest_framing(encoder):
         async with rse.client:
             await rse.solve(other, bank=seeded)
         prompts = [prompt_of(b) for b in srv2.requests if is_solve(b)][-4:]
-    assert all(GUIDED_RULES.format(origin=ORIGIN_RELATED) in p for p in prompts)
-    assert not any(ORIGIN_SAME in p for p in prompts)
+    assert all(FRAMING[False] in p for p in prompts)
+    assert not any(FRAMING[True] in p for p in prompts)
+
+
+async def test_rules_guidance_ablation_asks_for_a_recheck_not_a_number_ban(encoder):
+    async with ScriptedServer(default_reply=reply) as srv:
+        result = await solve(srv.base_url, encoder, GOLD, rounds=2, guidance="rules")
+    block = result.rounds[1].experience_block
+    assert block.startswith(GUIDED_RULES.format(origin=ORIGIN_SAME)) and PITFALL in block
+    assert "Never repeat one" in block and "Re-check every number" in block
+    assert "Use only numbers you derive yourself" not in block
 
 
 async def _bank_from(url: str, encoder: Encoder) -> ExperienceBank:
@@ -443,6 +454,7 @@ async def test_distillation_can_use_its_own_endpoint_model_and_extra_body(encode
         cfg = RSEConfig(
             rounds=1,
             k=2,
+            **MECHANISM,
             distill_model="small-distiller",
             distill_extra={"chat_template_kwargs": {"enable_thinking": False}},
             distill_max_tokens=333,
@@ -471,9 +483,9 @@ async def test_damaged_checkpoint_names_the_file_and_the_remedy(encoder, tmp_pat
     async with ScriptedServer(default_reply=reply) as srv:
         client = LLMClient(srv.base_url, "m", retry=FAST)
         async with client:
-            await RSE(client, encoder, RSEConfig(rounds=1, k=4), checkpoint_dir=tmp_path).solve(
-                PROBLEM
-            )
+            await RSE(
+                client, encoder, RSEConfig(rounds=1, k=4, **MECHANISM), checkpoint_dir=tmp_path
+            ).solve(PROBLEM)
     path = tmp_path / target
     path.write_text(damage(path.read_text()))
     rse = RSE(

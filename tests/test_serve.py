@@ -55,15 +55,17 @@ async def test_openai_sdk_rse_with_details_and_full_usage():
         res = await client.chat.completions.create(
             model="rse:scripted",
             messages=MSG,
-            extra_body={"rounds": 3, "k": 2, "rse_details": True},
+            # the fake's round 1 is unanimous (and wrong): recycling must not settle on it
+            extra_body={"rounds": 3, "k": 2, "rse_details": True, "settle_margin": None},
         )
         await client.close()
     assert "boxed{42}" in res.choices[0].message.content
     details = res.model_extra["rse_fast"]
     assert details["answer"] == GOLD and len(details["rounds"]) == 3
     assert details["rounds"][0]["bank_sizes"]["negative"] == 1
-    # usage counts every internal call: 3 rounds × 2 rollouts × (solve + distill)
-    assert len(up.requests) == 12
+    # usage counts every internal call: 3 rounds × 2 rollouts, rounds 1-2 distilled (the
+    # last round's bank is read by nothing)
+    assert len(up.requests) == 10
     words = sum(len(" ".join(m["content"] for m in b["messages"]).split()) for b in up.requests)
     assert res.usage.prompt_tokens == words
 
@@ -72,7 +74,10 @@ async def test_streaming_progress_then_answer():
     async with ScriptedServer(default_reply=reply) as up, service(up) as (_, url):
         client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
         stream = await client.chat.completions.create(
-            model="rse:scripted", messages=MSG, stream=True, extra_body={"rounds": 3, "k": 2}
+            model="rse:scripted",
+            messages=MSG,
+            stream=True,
+            extra_body={"rounds": 3, "k": 2, "settle_margin": None},
         )
         chunks = [c async for c in stream]
         passthrough = await client.chat.completions.create(

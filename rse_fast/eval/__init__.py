@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rse_fast.lazy import attach
+from rse_fast.util.lazy import attach
 
 _LAZY = {
     "load_dataset": "rse_fast.eval.datasets",

@@ -11,17 +11,19 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One OpenAI-compatible server. ``base_url`` ends in ``/v1`` (added when missing)."""
+    """One OpenAI-compatible server. ``base_url`` ends in ``/v1`` (added when missing);
+    ``versioned=False`` keeps the URL as given (another HTTP API: a reward model)."""
 
     base_url: str
     api_key: str | None = None
     max_concurrency: int = 64
+    versioned: bool = True
 
     def __post_init__(self) -> None:
         url = self.base_url.rstrip("/")
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"endpoint URL must start with http:// or https://, got {url!r}")
-        if not url.endswith("/v1"):
+        if self.versioned and not url.endswith("/v1"):
             url += "/v1"
         object.__setattr__(self, "base_url", url)
         if self.max_concurrency < 1:

@@ -18,8 +18,8 @@ from rse_fast.answers import extract_answer
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger, count_prompt_tokens
 from rse_fast.llm.types import Message
-from rse_fast.options import keyword_names, reject_unknown
 from rse_fast.prompts import solve_messages
+from rse_fast.util.options import keyword_names, reject_unknown
 
 T = TypeVar("T")
 

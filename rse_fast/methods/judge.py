@@ -11,13 +11,14 @@ import asyncio
 import json
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import aiohttp
-
 from rse_fast.errors import LLMError
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.routing import Endpoint, EndpointPool
+from rse_fast.llm.transport import Timeouts, Transport, read_json
 from rse_fast.llm.types import Usage
 from rse_fast.prompts import JUDGE_SCHEMA, judge_messages
 
@@ -40,76 +41,16 @@ def parse_score(text: str, lo: float = 1, hi: float = 10) -> float | None:
     return None
 
 
-@dataclass
-class LLMJudge:
-    """Pointwise judge. ``client`` None means: the method's own client (same model)."""
+@dataclass(frozen=True)
+class ScoreRequest:
+    """One candidate to score, and how: a partial solution's promise or a full response."""
 
-    client: LLMClient | None = None
-    max_tokens: int = 64
-    use_schema: bool = True
-
-    async def score(
-        self,
-        client: LLMClient,
-        problem: str,
-        response: str,
-        *,
-        partial: bool = False,
-        open_ended: bool = False,
-        seed: int | None = None,
-        task: str | None = None,
-    ) -> float | None:
-        judge = self.client.with_ledger(client.ledger) if self.client else client
-        messages = judge_messages(problem, response, partial, open_ended)
-        params: dict[str, Any] = dict(
-            role="judge", task=task, temperature=0.0, max_tokens=self.max_tokens, seed=seed
-        )
-        try:
-            reply = await (
-                judge.chat_json(messages, JUDGE_SCHEMA, **params)
-                if self.use_schema
-                else judge.chat(messages, **params)
-            )
-        except LLMError:
-            return None
-        return parse_score(reply.text)
-
-
-@dataclass
-class HTTPRewardModel:
-    """A scoring HTTP API: POST ``{"prompt": ..., "response": ...}`` → ``{"score": float}``.
-    Its tokens are estimated from text length and booked under the ``judge`` role."""
-
-    url: str
-    timeout_s: float = 60.0
-
-    async def score(
-        self,
-        client: LLMClient,
-        problem: str,
-        response: str,
-        *,
-        partial: bool = False,
-        open_ended: bool = False,
-        seed: int | None = None,
-        task: str | None = None,
-    ) -> float | None:
-        tokens = client.count_tokens(problem) + client.count_tokens(response)
-        try:
-            async with (
-                aiohttp.ClientSession() as session,
-                session.post(
-                    self.url,
-                    json={"prompt": problem, "response": response},
-                    timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                ) as resp,
-            ):
-                data = await resp.json(content_type=None)
-            value = float(data["score"])
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-            value = None
-        client.ledger.record_usage("judge", Usage(tokens, 1, "estimated"), 0.0, self.url, task=task)
-        return value
+    problem: str
+    response: str
+    partial: bool = False
+    open_ended: bool = False
+    seed: int | None = None
+    task: str | None = None
 
 
 class Verifier(Protocol):
@@ -126,6 +67,102 @@ class Verifier(Protocol):
         seed: int | None = ...,
         task: str | None = ...,
     ) -> float | None: ...
+
+
+class VerifierBase:
+    """The :class:`Verifier` call, gathered into one :class:`ScoreRequest` for ``judge``."""
+
+    async def score(
+        self,
+        client: LLMClient,
+        problem: str,
+        response: str,
+        *,
+        partial: bool = False,
+        open_ended: bool = False,
+        seed: int | None = None,
+        task: str | None = None,
+    ) -> float | None:
+        request = ScoreRequest(problem, response, partial, open_ended, seed, task)
+        return await self.judge(client, request)
+
+    async def judge(self, client: LLMClient, request: ScoreRequest) -> float | None:
+        raise NotImplementedError
+
+
+@dataclass
+class LLMJudge(VerifierBase):
+    """Pointwise judge. ``client`` None means: the method's own client (same model)."""
+
+    client: LLMClient | None = None
+    max_tokens: int = 64
+    use_schema: bool = True
+
+    async def judge(self, client: LLMClient, request: ScoreRequest) -> float | None:
+        judge = self.client.with_ledger(client.ledger) if self.client else client
+        messages = judge_messages(
+            request.problem, request.response, request.partial, request.open_ended
+        )
+        params: dict[str, Any] = dict(
+            role="judge",
+            task=request.task,
+            temperature=0.0,
+            max_tokens=self.max_tokens,
+            seed=request.seed,
+        )
+        try:
+            reply = await (
+                judge.chat_json(messages, JUDGE_SCHEMA, **params)
+                if self.use_schema
+                else judge.chat(messages, **params)
+            )
+        except LLMError:
+            return None
+        return parse_score(reply.text)
+
+
+@dataclass
+class HTTPRewardModel(VerifierBase):
+    """A scoring HTTP API: POST ``{"prompt": ..., "response": ...}`` → ``{"score": float}``.
+
+    It goes through the project's one transport (pooled connections, timeouts, retries with
+    backoff on connection errors and 429/5xx); a call that still fails, or a reply without a
+    number, scores None. Its tokens are estimated from text length and booked under the
+    ``judge`` role with the call's latency."""
+
+    url: str
+    timeout_s: float = 60.0
+    api_key: str | None = None
+    max_concurrency: int = 64
+    _transport: Transport | None = field(default=None, init=False, repr=False)
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            endpoint = Endpoint(self.url, self.api_key, self.max_concurrency, versioned=False)
+            timeouts = Timeouts(connect_s=min(10.0, self.timeout_s), total_s=self.timeout_s)
+            self._transport = Transport(EndpointPool([endpoint]), timeouts)
+        return self._transport
+
+    async def judge(self, client: LLMClient, request: ScoreRequest) -> float | None:
+        tokens = client.count_tokens(request.problem) + client.count_tokens(request.response)
+        body = {"prompt": request.problem, "response": request.response}
+        t0 = time.perf_counter()
+        try:
+            data = await self.transport.post("", body, read_json)
+            value: float | None = float(data["score"])
+        except (LLMError, ValueError, KeyError, TypeError):
+            value = None
+        if value is not None and not math.isfinite(value):
+            value = None
+        latency = time.perf_counter() - t0
+        usage = Usage(tokens, 1, "estimated")
+        client.ledger.record_usage("judge", usage, latency, self.url, task=request.task)
+        return value
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            await self._transport.close()
 
 
 def normalise(text: str) -> str:

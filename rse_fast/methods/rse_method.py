@@ -6,7 +6,6 @@ Variants for ablations are named ``rse:<variant>`` (see :data:`VARIANTS`): each 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -15,7 +14,7 @@ from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
-from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend
+from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, blend
 from rse_fast.methods.sampling import vote_final
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.config import RSEConfig
@@ -24,6 +23,11 @@ from rse_fast.rse.results import Progress
 
 #: Ablation variants: name → RSEConfig fields it sets.
 VARIANTS: dict[str, dict[str, Any]] = {
+    "support-1": {"min_support_shown": 1},
+    "no-settle": {"settle_margin": None},
+    "rules": {"guidance": "rules"},
+    "structured": {"distill_format": "structured"},
+    "votes": {"distill_sees_votes": True},
     "neg-only": {"use_positive": False},
     "pos-only": {"use_negative": False},
     "no-dedup": {"dedup": False},
@@ -31,6 +35,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "guided": {"select_from": "guided"},
     "last": {"select_from": "last"},
 }
+
+
+#: Chat template and system turn around the problem, in tokens (a first estimate).
+PROMPT_OVERHEAD_TOKENS = 40
+#: The distillation prompt's own instructions, in tokens (a first estimate).
+DISTILL_PROMPT_TOKENS = 160
+
+
+def distill_guess(cfg: RSEConfig, prompt: float, completion: float) -> float:
+    """One distillation before any is measured: the problem, the rollout and the
+    instructions read, and the completion cap that follows the rollout's length."""
+    return prompt + completion + DISTILL_PROMPT_TOKENS + cfg.distill_tokens(int(completion))
 
 
 class RSEMethod(Method):
@@ -63,11 +79,18 @@ class RSEMethod(Method):
         if variant is not None and variant not in VARIANTS:
             raise ValueError(f"unknown RSE variant {variant!r}; choose from {', '.join(VARIANTS)}")
         self.overrides = {**(config or {}), **(VARIANTS[variant] if variant else {})}
+        self.rollout_prior: float | None = None  # completion tokens of a rollout, earlier runs
+        self.distill_prior: float | None = None  # tokens of one distillation, earlier runs
         if variant:
             self.name = f"rse:{variant}"
         RSEConfig(**self.overrides)  # unknown or invalid fields fail here, not mid-run
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+        """Rounds of at most ``k`` rollouts until the budget (or ``max_rounds``) is spent. A
+        round is distilled only when a full guided round still fits after it: the last round
+        is never distilled (nothing would read its bank), and the budget that saves buys
+        rollouts. Once round 1's vote is settled (``settle_margin``), the rest is plain
+        sampling or a stop (``settle_spend``)."""
         if problem.open_ended:
             raise ValueError("RSE answers by a vote over final answers: use it on verifiable tasks")
         c = client.with_ledger(Ledger())
@@ -79,33 +102,44 @@ class RSEMethod(Method):
                 "temperature": self.temperature,
                 "max_tokens": self.max_tokens,
                 "seed": self.seed,
+                "top_p": None,  # as every other family samples: the server's defaults
+                "top_k": None,
                 **self.overrides,
             }
         )
         self.encoder = self.encoder or Encoder()
         engine = RSE(c, self.encoder, cfg, progress=self.progress)
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
-        # Cost of one rollout + its distillation: guessed (prompts + a full-length attempt read
-        # twice), then measured. Aim for at least two rounds so the bank gets used.
-        unit = 2.0 * (c.count_tokens(problem.prompt) + 150) + 2.0 * self.max_tokens
-        units = spend.left / unit
-        planned = max(1, min(self.max_rounds, math.ceil(units / self.k), 2 if units >= 2 else 1))
+        prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
+        roll = prompt + (self.rollout_prior or self.max_tokens / 2)
+        dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt)
         rounds: list[Any] = []
-        block = ""
+        block, settled = "", False
         for r in range(1, self.max_rounds + 1):
-            units = spend.left / unit
-            if r > 1 and units < 0.5:
+            shown = 0 if settled else c.count_tokens(block)
+            unit = roll + shown
+            if r > 1 and spend.left < 0.5 * unit:
                 break
-            k_r = max(1, min(self.k, round(units / max(1, planned - r + 1))))
+            k_r = max(1, min(self.k, int(spend.left / unit + 0.5)))
+            guided_after = (roll + c.count_tokens(block) + 60) * self.k
+            distil = (
+                not settled
+                and r < self.max_rounds
+                and spend.left - k_r * (unit + dist) >= guided_after
+            )
             engine.config = replace(cfg, k=k_r)
-            before = spend.spent
-            used = block
-            result, block = await engine.run_round(problem.prompt, r, bank, problem.gold, block)
+            before = len(c.ledger.records)
+            result, next_block = await engine.run_round(
+                problem.prompt, r, bank, problem.gold, "" if settled else block, distil=distil
+            )
             rounds.append(result)
-            # next round's rollouts carry the new experience block instead of this one
-            grown = c.count_tokens(block) - c.count_tokens(used)
-            unit = max(1.0, (spend.spent - before) / k_r + grown)
-            planned = max(planned, r + 1) if spend.left / unit >= 0.5 else r
+            roll, dist = self._measure(c.ledger.records[before:], shown, roll, dist)
+            if distil:
+                block = next_block
+            if r == 1 and engine.is_settled(result):
+                settled = True
+                if cfg.settle_spend == "stop":
+                    break
         pool = [
             Candidate.of(x.text, cost=0, origin=f"rse-round-{rr.round}")
             for rr in select_rounds(rounds, cfg.select_from)
@@ -131,4 +165,24 @@ class RSEMethod(Method):
                 for x in rounds
             ],
         }
+        meta["settled"] = settled
+        meta["distilled_rounds"] = sum(
+            any(x.distill != "skipped" for x in rr.rollouts) for rr in rounds
+        )
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)
+
+    def _measure(
+        self, records: list[Any], shown: int, roll: float, dist: float
+    ) -> tuple[float, float]:
+        """A rollout's cost (its bank block taken out) and a distillation's, measured in the
+        round just run; kept as priors for the next problem (a cold start plans well)."""
+        explore = [x.total_tokens - shown for x in records if x.role == "explore"]
+        distills = [x.total_tokens for x in records if x.role == "distill"]
+        if explore:
+            roll = sum(explore) / len(explore)
+            completions = [x.completion_tokens for x in records if x.role == "explore"]
+            self.rollout_prior = blend(self.rollout_prior, sum(completions) / len(completions))
+        if distills:
+            dist = sum(distills) / len(distills)
+            self.distill_prior = blend(self.distill_prior, dist)
+        return roll, dist

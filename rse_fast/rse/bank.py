@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rse_fast.llm.ledger import approx_token_count
-from rse_fast.prompts import render_experiences
+from rse_fast.prompts.rse import Guidance, render_experiences
 from rse_fast.rse.index import SimilarityIndex, normalize_rows
 
 Kind = Literal["positive", "negative"]
@@ -223,15 +223,22 @@ class ExperienceBank:
         *,
         max_per_kind: int | None = None,
         same_problem: bool = True,
+        min_support: int = 1,
+        guidance: Guidance = "short",
     ) -> str:
-        """Prompt text for the bank: the best-ranked experiences of both kinds that fit
-        ``token_budget`` (the rules and headers included), pitfalls first."""
-        order = {k: self.ranked(k)[:max_per_kind] for k in KINDS}
+        """Prompt text for the bank: the best-ranked experiences of both kinds with at least
+        ``min_support`` that fit ``token_budget`` (framing included), pitfalls first."""
+        order = {
+            k: [i for i in self.ranked(k) if self._entries[k][i].support >= min_support][
+                :max_per_kind
+            ]
+            for k in KINDS
+        }
         merged = sorted(
             ((k, i) for k in KINDS for i in order[k]), key=lambda ki: self._rank_key(*ki)
         )
         shown: list[tuple[str, int]] = []
-        used = count_tokens(render_experiences(["x"], ["x"], same_problem))
+        used = count_tokens(render_experiences(["x"], ["x"], same_problem, guidance))
         for kind, i in merged:  # strictly by rank: nothing below an item that did not fit
             used += count_tokens(self._entries[kind][i].experience.text) + 2
             if used > token_budget:
@@ -241,7 +248,7 @@ class ExperienceBank:
             negatives, positives = (
                 [self._entries[k][i].experience.text for kk, i in shown if kk == k] for k in KINDS
             )
-            text = render_experiences(negatives, positives, same_problem)
+            text = render_experiences(negatives, positives, same_problem, guidance)
             if not text or count_tokens(text) <= token_budget:
                 return text
             shown.pop()  # the per-line estimate was short: drop the lowest-ranked

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from rse_fast.options import checked_options
+from rse_fast.util.options import checked_options
 
 
 @checked_options
@@ -20,9 +20,24 @@ class RSEConfig:
         tau_positive, tau_negative: dedup thresholds in (-1, 1]: a new experience whose cosine
             to a kept one of its type is >= τ is a repeat and is not added (it adds support).
         temperature, top_p, top_k, max_tokens, seed: rollout sampling (seed None: unseeded;
-            otherwise rollout i of round r uses ``seed + 1000 r + i``).
-        distill_temperature, distill_max_tokens: the distillation call; the default leaves a
-            thinking distiller room to finish its trace and still write the JSON.
+            otherwise rollout i of round r uses ``seed + 1000 (r - 1) + i``, so round 1 draws
+            the same samples as self-consistency with that seed; top_p/top_k None: the
+            server's own defaults).
+        distill_temperature: the distillation call's temperature.
+        distill_max_tokens: the distillation's completion cap; None (the default) follows the
+            rollout: ``distill_length_ratio`` × the rollout's completion tokens, clamped to
+            [64, 32 + 96 × max_experiences_per_rollout] (a distillation costs in proportion
+            to what it reads). Set it for a thinking distiller, which needs room for its trace.
+        distill_format: ``compact`` (two flat lists of one-line strings: for small models) or
+            ``structured`` (a proposition's statement, conditions, source; a pitfall's context,
+            kind, trigger, action, consequence). No field beyond an item's main text and no
+            minimum count is required: an empty list is a valid reply.
+        distill_final_round: distil the last round too. Off by default: nothing reads the
+            last round's bank unless it is saved (``--bank-out``) or carried to another
+            problem, and the reference never distils its last round.
+        distill_sees_votes: show the distiller how the round's answers split (its own
+            samples, never a gold answer); the round's distillations then start once all its
+            rollouts are in.
         distill_retries: an unparseable distillation is asked again this many times, each
             with a new seed (every try is booked in the ledger).
         distill_model: model name for distillation (default: the policy model); with
@@ -36,6 +51,15 @@ class RSEConfig:
             clipped to this many tokens (head and tail kept).
         bank_token_budget, max_rendered_per_type: how much of the bank the prompt shows
             (ranked by support, then recency; None: no per-type cap).
+        min_support_shown, min_support_from_k: when the round just distilled had at least
+            ``min_support_from_k`` rollouts, only experiences found by at least
+            ``min_support_shown`` rollouts reach the prompt; single sightings wait in the bank.
+        guidance: the bank block's framing: ``short`` (one line, then the items) or ``rules``
+            (the previous release's four rules with headers: an ablation).
+        settle_margin: stop guiding once round 1's vote is settled: the winner's share minus
+            the runner-up's is at least this (1.0: unanimous); None never stops. What follows
+            is ``settle_spend``: ``sample`` (the remaining rounds are plain sampling, no bank,
+            no distillation) or ``stop`` (no more rounds).
         use_json_schema: ask for JSON-schema constrained distillation output (servers that
             refuse it are asked without, and the reply parsed tolerantly).
         stream_distill: stream distillation replies and embed each statement as soon as its
@@ -63,16 +87,25 @@ class RSEConfig:
     max_tokens: int = 2048
     seed: int | None = 0
     distill_temperature: float = 0.3
-    distill_max_tokens: int = 4096
+    distill_max_tokens: int | None = None
+    distill_length_ratio: float = 0.75
+    distill_format: Literal["compact", "structured"] = "compact"
+    distill_final_round: bool = False
+    distill_sees_votes: bool = False
     distill_retries: int = 2
     distill_model: str | None = None
     distill_extra: Mapping[str, Any] | None = None
-    max_experiences_per_rollout: int = 3
+    max_experiences_per_rollout: int = 2
     max_words_per_experience: int = 40
     max_chars_per_experience: int = 300
     attempt_max_tokens: int = 6000
     max_rendered_per_type: int | None = None
     bank_token_budget: int = 1000
+    min_support_shown: int = 2
+    min_support_from_k: int = 4
+    guidance: Literal["short", "rules"] = "short"
+    settle_margin: float | None = 1.0
+    settle_spend: Literal["sample", "stop"] = "sample"
     use_json_schema: bool = True
     stream_distill: bool = True
     dedup_order: Literal["rollout", "longest", "shortest"] = "rollout"
@@ -99,17 +132,37 @@ class RSEConfig:
             "dedup_order": ("rollout", "longest", "shortest"),
             "dedup_policy": ("keep-first", "replace-longer"),
             "select_from": ("all", "guided", "last"),
+            "distill_format": ("compact", "structured"),
+            "guidance": ("short", "rules"),
+            "settle_spend": ("sample", "stop"),
         }
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name} must be one of {valid}, got {getattr(self, name)!r}")
         for name in ("distill_max_tokens", "attempt_max_tokens", "bank_token_budget"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.settle_margin is not None and not 0.0 < self.settle_margin <= 1.0:
+            raise ValueError(f"settle_margin must be in (0, 1] or None, got {self.settle_margin}")
+        if self.distill_length_ratio <= 0:
+            raise ValueError(f"distill_length_ratio must be > 0, got {self.distill_length_ratio}")
+        if self.min_support_shown < 1:
+            raise ValueError(f"min_support_shown must be >= 1, got {self.min_support_shown}")
         if self.distill_retries < 0:
             raise ValueError(f"distill_retries must be >= 0, got {self.distill_retries}")
         if not (self.use_positive or self.use_negative):
             raise ValueError("use_positive and use_negative cannot both be False")
+
+    def distill_tokens(self, rollout_tokens: int) -> int:
+        """The completion cap of one distillation, for a rollout of ``rollout_tokens``."""
+        if self.distill_max_tokens is not None:
+            return self.distill_max_tokens
+        cap = 32 + 96 * self.max_experiences_per_rollout
+        return max(64, min(cap, int(self.distill_length_ratio * rollout_tokens)))
+
+    def shown_support(self, k: int) -> int:
+        """The support an experience needs to reach the prompt after a round of ``k``."""
+        return self.min_support_shown if k >= self.min_support_from_k else 1
 
     def k_for_round(self, r: int) -> int:
         """K_r for round r (1-based)."""

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rse_fast.prompts import render_pitfall, render_proposition
+from rse_fast.prompts.rse import INSTRUCTION_PHRASES, render_pitfall, render_proposition
 
 POSITIVE_KEYS = (
     "propositions",
@@ -138,26 +138,34 @@ GENERIC_WORDS = frozenset(
 
 #: Words the distiller's instructions use and a statement about the problem has no need of
 #: ("the attempt did not check the claim that every claim is an unverified hypothesis").
-INSTRUCTION_WORDS = (
-    frozenset(
-        "attempt attempts unverified hypothesis hypotheses claim claims verify verified check "
-        "checked checking proposition propositions pitfall pitfalls lesson lessons reuse "
-        "reusable derive derived rederived review extract json later went took stuck risk "
-        "risky dead end fatal flaw trigger consequence lemma lemmas intermediate statement "
-        "conditions source context kind move moves reformulation reformulations step".split()
-    )
-    | GENERIC_WORDS
-)
+#: Normalised as statements are (plural "s" stripped), so "hypothesis" matches "hypothesi".
+INSTRUCTION_WORDS = _content_words(
+    "attempt attempts unverified hypothesis hypotheses claim claims verify verified check "
+    "checked checking proposition propositions pitfall pitfalls lesson lessons reuse "
+    "reusable derive derived rederived review extract json later went took stuck risk "
+    "risky dead end fatal flaw trigger consequence lemma lemmas intermediate statement "
+    "conditions source context kind move moves reformulation reformulations step note notes "
+    "nobody recheck re-check rely"
+) | _content_words(" ".join(GENERIC_WORDS))
+#: A statement that talks about "the attempt" is commentary on one rollout, not a
+#: self-contained experience (the prompt asks for lines that stand alone).
+_META = re.compile(r"\b(?:the|this|that|an|each|every|previous|earlier)\s+attempts?\b", re.I)
 
 
 def is_echo(statement: str, problem: str) -> bool:
-    """True when a statement adds nothing: (almost) every content word of it is a word of the
-    problem, or of the distiller's instructions ("the attempt did not check the claim ...")."""
-    words = _content_words(re.sub(r"^\[[^\]]*\]\s*", "", statement))
+    """True when a statement adds nothing: it copies the project's instruction text, talks
+    about "the attempt" instead of the problem, or (almost) every content word of it is a
+    word of the problem or of the instructions."""
+    body = re.sub(r"^\[[^\]]*\]\s*", "", statement)
+    lowered = body.lower()
+    if _META.search(body) or any(p in lowered for p in INSTRUCTION_PHRASES):
+        return True
+    words = _content_words(body)
     if not words:
         return True
-    in_problem = len(words & _content_words(problem)) / len(words)
-    in_rules = len(words & (INSTRUCTION_WORDS - _content_words(problem))) / len(words)
+    problem_words = _content_words(problem)
+    in_problem = len(words & problem_words) / len(words)
+    in_rules = len(words & (INSTRUCTION_WORDS - problem_words)) / len(words)
     return in_problem >= 0.9 or in_rules >= 0.6 or in_problem + in_rules >= 0.95
 
 
@@ -181,7 +189,7 @@ def parse_distillation(
     try:
         data: Any = json.loads(text)
     except ValueError:
-        data = _first_json_object(text)
+        data = _first_json_object(text) or salvage(text)
     if not isinstance(data, dict):
         return None
     lowered = {str(k).lower(): v for k, v in data.items()}
@@ -221,6 +229,21 @@ def item_statement(key: str, item: Any, max_chars: int, problem: str | None = No
     return c
 
 
+def salvage(text: str) -> dict[str, list[Any]] | None:
+    """The complete items of a reply cut off mid-JSON (a distillation that ran into its
+    ``max_tokens``): what was written in full is kept; None when no list was begun."""
+    scanner = ItemScanner()
+    items = scanner.feed(text)
+    if not items and not scanner.began_list:
+        return None
+    out: dict[str, list[Any]] = {}
+    for key, item in items:
+        out.setdefault(key, []).append(item)
+    if not out and scanner.list_key:
+        out[scanner.list_key] = []
+    return out
+
+
 class ItemScanner:
     """Reads a JSON object as it streams in and returns each item of its top-level lists
     (``{"propositions": [{...}, ...], ...}``) as soon as the item's closing brace or quote
@@ -236,6 +259,15 @@ class ItemScanner:
         self._last_key = ""  # the last string closed at the object's top level
         self._list_key = ""  # the key of the list being read
         self._item_start = -1
+
+    @property
+    def began_list(self) -> bool:
+        """Whether a top-level list of the object has been opened."""
+        return bool(self._list_key)
+
+    @property
+    def list_key(self) -> str:
+        return self._list_key
 
     def feed(self, chunk: str) -> list[tuple[str, Any]]:
         """Consume ``chunk``; the (list key, item) pairs it completed, in order."""

@@ -24,13 +24,13 @@ from rse_fast.encoder import Encoder
 from rse_fast.errors import LLMError, RoundFailedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.types import Message
-from rse_fast.prompts import distill_messages, distill_schema, solve_messages
+from rse_fast.prompts import answer_split, distill_messages, distill_schema, solve_messages
 from rse_fast.rse.bank import Decision, Experience, ExperienceBank
 from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.distill import Distilled, ItemScanner, item_statement, parse_distillation
 from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
-from rse_fast.sync import run_sync
+from rse_fast.util.sync import run_sync
 
 
 @dataclass
@@ -143,9 +143,16 @@ class RSE:
         resumed_from = len(rounds)
         self.bank = bank
         block = self._render(bank, problem)
+        settled = bool(rounds) and self.is_settled(rounds[0])
         for r in range(len(rounds) + 1, cfg.rounds + 1):
-            result, block = await self.run_round(problem, r, bank, gold, block)
+            if settled and cfg.settle_spend == "stop":
+                break
+            distil = self.distils(r, settled)
+            result, block = await self.run_round(
+                problem, r, bank, gold, "" if settled else block, distil=distil
+            )
             rounds.append(result)
+            settled = settled or (r == 1 and self.is_settled(result))
             if self.checkpoint is not None:
                 c0 = time.perf_counter()
                 self.checkpoint.save(problem, cfg.to_dict(), rounds, bank, self.client.ledger)
@@ -170,19 +177,44 @@ class RSE:
         )
 
     # -- one round -------------------------------------------------------------------------
-    def _render(self, bank: ExperienceBank, problem: str) -> str:
+    def _render(self, bank: ExperienceBank, problem: str, k: int | None = None) -> str:
+        """The bank block of the next prompt; ``k``: the size of the round just distilled
+        (it sets the support an experience needs to be shown)."""
         cfg = self.config
         return bank.render(
             cfg.bank_token_budget,
             self.client.count_tokens,
             max_per_kind=cfg.max_rendered_per_type,
             same_problem=bank.problem_ids <= {problem_id(problem)},
+            min_support=cfg.shown_support(k if k is not None else cfg.k_for_round(1)),
+            guidance=cfg.guidance,
         )
 
+    def distils(self, r: int, settled: bool) -> bool:
+        """Whether round ``r``'s rollouts are distilled: not once the vote is settled, and
+        the last round only when its bank is wanted (``distill_final_round``)."""
+        return not settled and (r < self.config.rounds or self.config.distill_final_round)
+
+    def is_settled(self, first: RoundResult) -> bool:
+        """Whether round 1's vote is settled by ``settle_margin`` (the winner's share minus
+        the runner-up's; failed rollouts count as no answer)."""
+        margin = self.config.settle_margin
+        if margin is None or not first.rollouts:
+            return False
+        return vote_margin(first.answers) >= margin - 1e-9
+
     async def run_round(
-        self, problem: str, r: int, bank: ExperienceBank, gold: str | None, block: str
+        self,
+        problem: str,
+        r: int,
+        bank: ExperienceBank,
+        gold: str | None,
+        block: str,
+        *,
+        distil: bool = True,
     ) -> tuple[RoundResult, str]:
-        """Round r with prompt block ``block``; returns its result and the next round's block."""
+        """Round r with prompt block ``block``; returns its result and the next round's block.
+        ``distil=False``: rollouts only (the bank is not grown)."""
         cfg = self.config
         k = cfg.k_for_round(r)
         t0 = time.perf_counter()
@@ -206,9 +238,12 @@ class RSE:
                     )
                 )
 
+        split = RoundSplit(k) if distil and cfg.distill_sees_votes else None
         outcomes = await asyncio.gather(
             *(
-                self._rollout_and_distill(problem, messages, r, i, gold, counters, report)
+                self._rollout_and_distill(
+                    problem, messages, r, i, gold, counters, report, distil, split
+                )
                 for i in range(k)
             )
         )
@@ -223,7 +258,7 @@ class RSE:
         all_encoded = max(o.encoded_at for o in outcomes)
         decisions = self._insert(bank, outcomes)
         bank.problem_ids.add(problem_id(problem))
-        next_block = self._render(bank, problem)
+        next_block = self._render(bank, problem, k)
         t_end = time.perf_counter()
         records = [o.record for o in outcomes]
         vote = await off_loop(majority_vote, [x.answer for x in records])
@@ -278,10 +313,12 @@ class RSE:
         gold: str | None,
         counters: dict[str, int],
         report: Callable[[], None],
+        distil: bool = True,
+        split: RoundSplit | None = None,
     ) -> _Outcome:
         cfg = self.config
         rec = RolloutRecord(index=i)
-        seed = None if cfg.seed is None else cfg.seed + 1000 * r + i
+        seed = None if cfg.seed is None else cfg.seed + 1000 * (r - 1) + i
         try:
             res = await self.client.chat(
                 messages,
@@ -296,6 +333,8 @@ class RSE:
         except LLMError as exc:
             rec.error = f"{type(exc).__name__}: {exc}"
             counters["failures"] += 1
+            if split is not None:
+                split.add(None)
             report()
             now = time.perf_counter()
             return _Outcome(rec, [], None, now, now, exc)
@@ -311,9 +350,18 @@ class RSE:
             rec.correct = await off_loop(answers_equivalent, rec.answer, gold)
         counters["rollouts"] += 1
         report()
+        if not distil:
+            now = time.perf_counter()
+            rec.distill = "skipped"
+            return _Outcome(rec, [], None, now, now)
+        votes = None
+        if split is not None:
+            split.add(rec.answer)
+            votes = answer_split(await split.all_in(), rec.answer)
         early: dict[str, asyncio.Future[np.ndarray]] = {}
+        rollout_tokens = res.usage.completion_tokens or self.client.count_tokens(res.text)
         try:
-            parsed = await self._distill(problem, rec, r, seed, early)
+            parsed = await self._distill(problem, rec, r, seed, early, rollout_tokens, votes)
         except BaseException:
             _release(early)
             raise
@@ -357,6 +405,8 @@ class RSE:
         r: int,
         seed: int | None,
         early: dict[str, asyncio.Future[np.ndarray]],
+        rollout_tokens: int = 0,
+        votes: str | None = None,
     ) -> Distilled | None:
         """Distil one rollout, asking again (new seed) while the reply does not parse, up to
         ``distill_retries`` times. Sets ``rec.distill`` to failed/unparseable when it gives up.
@@ -381,16 +431,22 @@ class RSE:
             if rec.reasoning
             else None,
             truncated=rec.truncated,
+            style=cfg.distill_format,
+            split=votes,
         )
         params: dict[str, Any] = dict(
             role="distill",
             task=f"round{r}",
             temperature=cfg.distill_temperature,
-            max_tokens=cfg.distill_max_tokens,
+            max_tokens=cfg.distill_tokens(rollout_tokens),
             model=cfg.distill_model,
             extra=dict(cfg.distill_extra) if cfg.distill_extra else None,
         )
-        schema = distill_schema(cfg.max_experiences_per_rollout) if cfg.use_json_schema else None
+        schema = (
+            distill_schema(cfg.max_experiences_per_rollout, cfg.distill_format)
+            if cfg.use_json_schema
+            else None
+        )
         for attempt in range(cfg.distill_retries + 1):
             rec.distill_tries += 1
             params["seed"] = None if seed is None else seed + 7919 * attempt
@@ -458,6 +514,35 @@ def _release(early: dict[str, asyncio.Future[np.ndarray]]) -> None:
             future.exception()
 
 
+class RoundSplit:
+    """The answers of one round's rollouts as they come in; ``all_in`` waits for the last
+    (a distiller shown the split reads every rollout's answer, its own among them)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.answers: list[str | None] = []
+        self._done = asyncio.Event()
+
+    def add(self, answer: str | None) -> None:
+        self.answers.append(answer)
+        if len(self.answers) >= self.k:
+            self._done.set()
+
+    async def all_in(self) -> list[str | None]:
+        await self._done.wait()
+        return self.answers
+
+
+def vote_margin(answers: list[str | None]) -> float:
+    """The winner's share of ``answers`` minus the runner-up's (no answer counts against)."""
+    if not answers:
+        return 0.0
+    clusters = sorted((n for _, n in majority_vote(answers).clusters), reverse=True)
+    top = clusters[0] if clusters else 0
+    second = clusters[1] if len(clusters) > 1 else 0
+    return (top - second) / len(answers)
+
+
 def select_rounds(rounds: list[RoundResult], select_from: str) -> list[RoundResult]:
     """The rounds whose answers the final vote counts: all, the guided ones (round 2 on, or
     all when there was only one round), or the last."""
@@ -466,3 +551,10 @@ def select_rounds(rounds: list[RoundResult], select_from: str) -> list[RoundResu
     if select_from == "guided":
         return [r for r in rounds if r.round > 1] or rounds
     return rounds
+
+
+def warmup() -> None:
+    """Compile (or load) the dedup kernels and load answer checking, so a service's first
+    request pays for neither; idempotent."""
+    kernels.warmup()
+    answers_equivalent("1", "1.0")

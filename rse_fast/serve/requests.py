@@ -26,7 +26,7 @@ Progress = Callable[[dict[str, Any]], None]
 #: Fields a method request may carry (beyond the method's own: rounds, k, tau, budget, ...).
 HONOURED = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
             "temperature", "seed", "user", "metadata"}  # fmt: skip
-METHOD_FIELDS = {"rounds", "k", "tau", "budget", "rse_details", "tool_vote"}
+METHOD_FIELDS = {"rounds", "k", "tau", "budget", "rse_details", "tool_vote", "settle_margin"}
 #: What self-consistency honours on top: agentic requests, voted over their tool calls.
 TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 #: Fields a method cannot honour, and the value that means "not used" (then accepted).
@@ -44,6 +44,8 @@ class Caps:
     max_k: int = 64
     max_tokens: int = 32_768
     max_budget_tokens: int = 1_000_000
+    #: the budget of a request that names none: modest, so a bare request cannot spend much
+    default_budget_tokens: int = 8_000
 
 
 @dataclass(kw_only=True)
@@ -65,6 +67,7 @@ class MethodRequest:
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: str | dict[str, Any] | None = None
     tool_vote: str = "arguments"
+    settle_margin: float | None = 1.0  # rse: stop guiding once round 1's vote margin is this
 
 
 @dataclass
@@ -130,6 +133,9 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         raise RequestError(
             f"'tool_vote' must be 'name' or 'arguments', got {tool_vote!r}", param="tool_vote"
         )
+    settle = body.get("settle_margin", 1.0)
+    if settle is not None:
+        settle = _number(body, "settle_margin", float, 1.0, 0.001, 1.0)
     default_tokens = min(1024, caps.max_tokens)  # a default never trips the cap
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_tokens))
     return MethodRequest(
@@ -144,7 +150,7 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
             body,
             "budget",
             int,
-            caps.max_budget_tokens,
+            min(caps.default_budget_tokens, caps.max_budget_tokens),
             100,
             caps.max_budget_tokens,
             "--max-budget-tokens",
@@ -160,6 +166,7 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         tools=tuple(tools or ()),
         tool_choice=body.get("tool_choice") if tools else None,
         tool_vote=tool_vote,
+        settle_margin=settle,
     )
 
 
@@ -187,7 +194,11 @@ async def run_method(
             encoder=encoder,
             k=spec.k,
             max_rounds=spec.rounds,
-            config={"tau_positive": spec.tau, "tau_negative": spec.tau},
+            config={
+                "tau_positive": spec.tau,
+                "tau_negative": spec.tau,
+                "settle_margin": spec.settle_margin,
+            },
             progress=(lambda p: progress(asdict(p))) if progress else None,
         )
     elif progress:

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import json
 
-from rse_fast.prompts import DISTILL_SYSTEM, PITFALLS_HEADER, SOLVE_SYSTEM
+from rse_fast.prompts import DISTILL_SYSTEM, SOLVE_SYSTEM, UNCHECKED
 
 PROBLEM = "What is 27 + 15? Mind the carry."
 GOLD = "42"
 PITFALL = "Adding 27 and 15 without carrying the one from the units column gives 32, not 42."
 FACT = "The units digits 7 and 5 sum to 12, so write 2 and carry 1."
+#: What every guided prompt carries (the bank block's framing).
+GUIDED_MARK = UNCHECKED
+#: The engine's new defaults hide the recycling mechanism this fake exercises (its round 1 is
+#: unanimous, its items are single sightings, its last round is read): mechanism tests switch
+#: them off and the defaults have tests of their own.
+MECHANISM = {"settle_margin": None, "min_support_shown": 1, "distill_final_round": True}
 
 
 def is_distill(body: dict) -> bool:
@@ -52,8 +58,9 @@ def reply(body: dict, index: int) -> str:
 __all__ = [
     "FACT",
     "GOLD",
+    "GUIDED_MARK",
+    "MECHANISM",
     "PITFALL",
-    "PITFALLS_HEADER",
     "PROBLEM",
     "is_distill",
     "is_solve",

@@ -1,0 +1,172 @@
+"""``rse-fast eval``: compare TTS methods at equal token budgets on a dataset; ``eval report
+DIR…`` merges results (shards) into one table and plot."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from typing import Any
+
+from rse_fast.cli.args import add_server_arguments, float_in, int_in
+from rse_fast.cli.connect import api_key, connect
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="compare TTS methods at equal token budgets (`eval report DIR…` merges shards)",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("run", "report"),
+        default="run",
+        help="run (default) the evaluation, or report: merge results (shards) into a table",
+    )
+    p.add_argument("paths", nargs="*", help="report: results directories or files to merge")
+    p.add_argument("--methods", default="sc,bon,beam,particle,refine,fusion,rse")
+    p.add_argument(
+        "--dataset",
+        help="mmath:math500|competition, gym:<task>, humaneval, healthbench, "
+        "writingbench, jsonl:<path>",
+    )
+    p.add_argument("--budgets", default="2000,8000,32000")
+    p.add_argument("--limit", type=int_in(1, 1_000_000), default=20, help="problems (seeded)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--shard",
+        help="i/N: run only shard i of N (problems split by a hash of their id), writing "
+        "results.shard-i-of-N.jsonl; merge with `rse-fast eval report DIR`",
+    )
+    p.add_argument(
+        "--single-samples",
+        type=int_in(0, 1000),
+        default=4,
+        help="independent plain samples per problem for the single-sample baseline μ",
+    )
+    add_server_arguments(p)
+    p.add_argument("--judge-url", help="the methods' verifier (default: the policy model)")
+    p.add_argument("--judge-model")
+    p.add_argument("--reward-url", help="scoring API for best-of-N instead of the LLM judge")
+    p.add_argument(
+        "--grader-url",
+        help="open-ended tasks: the grader of true quality, distinct from the verifier "
+        "(default: the verifier, and the report then says self-agreement, not ρ_v)",
+    )
+    p.add_argument("--grader-model")
+    p.add_argument("--grader-api-key")
+    p.add_argument(
+        "--grader-temperature",
+        type=float_in(0.0, 2.0),
+        default=0.7,
+        help="sampling temperature of the two independent grader readings",
+    )
+    p.add_argument("--parallel", type=int_in(1, 1024), default=4)
+    p.add_argument("--max-tokens", type=int_in(1, 1_000_000), default=1024)
+    p.add_argument("--out", default="eval-results", help="directory; reruns resume from it")
+    p.add_argument("--title", help="report title")
+    p.add_argument("--quiet", action="store_true")
+
+
+def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Usage errors found after parsing (exit 2)."""
+    if args.action == "run" and not args.dataset:
+        parser.error("eval needs --dataset (or `rse-fast eval report DIR…` to merge results)")
+    if args.action == "run" and args.paths:
+        parser.error(f"unexpected arguments {args.paths}: did you mean `eval report`?")
+    if args.shard:
+        from rse_fast.eval.records import Shard
+
+        try:
+            Shard.parse(args.shard)
+        except ValueError as exc:
+            parser.error(str(exc))
+
+
+def run(args: argparse.Namespace) -> int:
+    report = merge_report(args) if args.action == "report" else asyncio.run(evaluate(args))
+    print(report["table"])
+    if report["plot"]:
+        print(f"plot: {report['plot']}")
+    return 0
+
+
+def merge_report(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from rse_fast.eval.report import write_report
+
+    places = [Path(p) for p in (args.paths or [args.out])]
+    out = Path(args.out) if args.paths else places[0]
+    title = args.title or "evaluation: " + ", ".join(str(p) for p in places)
+    return write_report(places, out, title)
+
+
+async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from rse_fast.encoder import Encoder
+    from rse_fast.eval.datasets import load_dataset
+    from rse_fast.eval.grading import RubricGrader
+    from rse_fast.eval.records import Shard
+    from rse_fast.eval.report import write_report
+    from rse_fast.eval.runner import EvalPlan, run_eval
+    from rse_fast.llm.client import LLMClient
+    from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
+
+    shard = Shard.parse(args.shard) if args.shard else None
+    ds = load_dataset(args.dataset, args.limit, args.seed)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    async with contextlib.AsyncExitStack() as stack:
+        client = await connect(args, stack, args.parallel)
+        model = client.model
+        key = api_key(args)
+        judge_client = client
+        if args.judge_url:
+            judge_client = await stack.enter_async_context(
+                LLMClient(args.judge_url, args.judge_model or model, api_key=key)
+            )
+        judge = LLMJudge(client=judge_client if args.judge_url else None)
+        grader = None
+        if ds.kind == "rubric":
+            grader_client = judge_client
+            if args.grader_url:
+                grader_client = await stack.enter_async_context(
+                    LLMClient(
+                        args.grader_url,
+                        args.grader_model or model,
+                        api_key=args.grader_api_key or key,
+                    )
+                )
+            grader = RubricGrader(grader_client, temperature=args.grader_temperature)
+        encoder = Encoder()
+        common = dict(parallel=args.parallel, max_tokens=args.max_tokens, seed=args.seed)
+        reward = None
+        if args.reward_url:
+            reward = HTTPRewardModel(args.reward_url)
+            stack.push_async_callback(reward.close)
+        methods = []
+        for name in args.methods.split(","):
+            extra: dict[str, Any] = {}
+            if name in ("bon", "beam", "particle", "refine"):
+                extra["judge"] = reward if name == "bon" and reward is not None else judge
+            if name.startswith("rse"):
+                extra["encoder"] = encoder
+            methods.append(make_method(name.strip(), **common, **extra))
+        out = Path(args.out)
+        plan = EvalPlan(
+            methods,
+            budgets,
+            out,
+            grader=grader,
+            verifier=judge_client.identity,
+            single_samples=args.single_samples,
+            shard=shard,
+        )
+        log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+        await run_eval(ds, plan, client, encoder=encoder, progress=log)
+    part = f", shard {shard.index}/{shard.count}" if shard else ""
+    title = args.title or f"{ds.name}, {len(ds.problems)} problems{part}, model {model}"
+    return write_report(plan.results_path, out, title)

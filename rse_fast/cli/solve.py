@@ -1,0 +1,272 @@
+"""``rse-fast solve``: one problem with RSE, against a server or the embedded llama-server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rse_fast.cli.args import add_server_arguments, float_in, int_in, k_list, margin_or_off
+from rse_fast.cli.connect import api_key, configured_base_url, connect
+from rse_fast.cli.progress import ProgressDisplay, bank_words
+
+if TYPE_CHECKING:
+    from rse_fast.rse.config import RSEConfig
+    from rse_fast.rse.results import RSEResult
+
+#: Settings for a remote server, and smaller ones sized for the embedded 2-core CPU server.
+REMOTE_DEFAULTS = {"rounds": 4, "k": "8", "max_tokens": 2048}
+LOCAL_DEFAULTS = {"rounds": 3, "k": "4", "max_tokens": 1024}
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("solve", help="solve one problem with RSE")
+    p.add_argument("problem", nargs="?", help="the problem text (or use --demo)")
+    p.add_argument(
+        "--demo",
+        nargs="?",
+        const="change",
+        metavar="ID",
+        help="a bundled word problem with its answer (default 'change')",
+    )
+    add_server_arguments(p)
+    p.add_argument("--rounds", type=int_in(1, 1000), help="default 4 (3 on the local server)")
+    p.add_argument(
+        "--k",
+        type=k_list,
+        help="rollouts per round, or a comma list per round (default 8; 4 on the local server)",
+    )
+    tau = float_in(-1.0, 1.0, open_low=True)
+    p.add_argument("--tau", type=tau, default=0.85, help="dedup threshold for both types")
+    p.add_argument("--tau-positive", type=tau)
+    p.add_argument("--tau-negative", type=tau)
+    p.add_argument("--temperature", type=float_in(0.0, 2.0), default=0.6)
+    p.add_argument(
+        "--max-tokens", type=int_in(1, 1_000_000), help="default 2048 (1024 on the local server)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gold", help="reference answer, to report per-round accuracy")
+    p.add_argument("--trace", help="append every LLM call (and the result) to this JSONL file")
+    p.add_argument(
+        "--report",
+        metavar="HTML",
+        help="write a self-contained report page (default for --demo: rse-fast-demo-report.html)",
+    )
+    p.add_argument("--checkpoint", help="directory for per-round checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    g = p.add_argument_group("experience bank and ablations")
+    g.add_argument("--bank-in", metavar="PATH", help="start from a bank saved by --bank-out")
+    g.add_argument(
+        "--bank-out",
+        metavar="PATH",
+        help="save the final bank (PATH.json/.npz); the last round is then distilled too",
+    )
+    g.add_argument("--bank-tokens", type=int, default=1000, help="prompt tokens for the bank")
+    g.add_argument(
+        "--select-from",
+        choices=("all", "guided", "last"),
+        default="all",
+        help="rounds whose answers the final vote counts",
+    )
+    g.add_argument("--dedup-policy", choices=("keep-first", "replace-longer"), default="keep-first")
+    g.add_argument("--dedup-order", choices=("rollout", "longest", "shortest"), default="rollout")
+    g.add_argument("--no-dedup", action="store_true", help="keep every distinct statement")
+    g.add_argument("--no-positive", action="store_true", help="recycle pitfalls only")
+    g.add_argument("--no-negative", action="store_true", help="recycle propositions only")
+    g.add_argument(
+        "--settle-margin",
+        type=margin_or_off,
+        default=1.0,
+        help="stop guiding once round 1's vote margin reaches this (1 = unanimous; 'off')",
+    )
+    g.add_argument(
+        "--min-support",
+        type=int_in(1, 1000),
+        default=2,
+        help="rollouts that must find an experience before the prompt shows it (K >= 4)",
+    )
+    g.add_argument("--guidance", choices=("short", "rules"), default="short")
+    g.add_argument(
+        "--distill-final-round",
+        action="store_true",
+        help="distil the last round too (implied by --bank-out)",
+    )
+    d = p.add_argument_group("distillation")
+    d.add_argument("--distill-base-url", help="another server for distillation")
+    d.add_argument("--distill-model", help="model name for distillation")
+    d.add_argument(
+        "--distill-max-tokens",
+        type=int_in(1, 1_000_000),
+        help="completion cap of a distillation (default: follows the rollout's length)",
+    )
+    d.add_argument("--distill-format", choices=("compact", "structured"), default="compact")
+    d.add_argument("--distill-retries", type=int, default=2)
+    d.add_argument(
+        "--distill-extra",
+        metavar="JSON",
+        help='extra body fields, e.g. \'{"chat_template_kwargs": {"enable_thinking": false}}\'',
+    )
+
+
+def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Usage errors found after parsing (exit 2)."""
+    if args.resume and not args.checkpoint:
+        parser.error("--resume needs --checkpoint DIR")
+    if args.demo:
+        demo = demo_problem(args.demo)
+        args.problem, args.gold = demo["problem"], args.gold or demo["answer"]
+    if not args.problem:
+        parser.error("give a problem, or --demo")
+
+
+def run(args: argparse.Namespace) -> int:
+    result, bank = asyncio.run(solve(args))
+    if args.json:
+        data = result.to_dict()
+        data["bank_top"] = top_experiences(bank) if bank is not None else None
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        print(format_summary(result, bank))
+    page = args.report or ("rse-fast-demo-report.html" if args.demo else None)
+    if page:
+        from rse_fast.rse.report import write_report
+
+        title = f"RSE run: {args.demo} (demo)" if args.demo else "RSE run"
+        path = write_report(result.to_dict(), page, title)
+        print(f"report page: {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def demo_problem(problem_id: str) -> dict[str, str]:
+    import importlib.resources
+
+    data = json.loads(
+        (importlib.resources.files("rse_fast") / "data" / "demo_problems.json").read_text()
+    )
+    for item in data:
+        if item["id"] == problem_id:
+            return {"problem": str(item["problem"]), "answer": str(item["answer"])}
+    raise SystemExit(f"no demo problem {problem_id!r}; choose one of {[d['id'] for d in data]}")
+
+
+def top_experiences(bank: Any, per_kind: int = 3) -> dict[str, list[dict[str, Any]]]:
+    """The best-ranked experiences of each type (support, then recency) with their support."""
+    return {
+        kind: [
+            {"text": bank.texts(kind)[i], "support": bank.support(kind)[i]}
+            for i in bank.ranked(kind)[:per_kind]
+        ]
+        for kind in ("negative", "positive")
+    }
+
+
+def format_summary(result: RSEResult, bank: Any = None) -> str:
+    lines = [f"answer: {result.answer}  ({result.votes}/{result.total_votes} votes)"]
+    if result.correct is not None:
+        lines[0] += f"  correct: {result.correct}"
+    for r in result.rounds:
+        acc = f", accuracy {r.accuracy:.0%}" if r.accuracy is not None else ""
+        lines.append(
+            f"  round {r.round}: K={r.k}, majority {r.answer!r} ({r.votes}){acc}, bank: "
+            f"{bank_words(r.bank_sizes)}, {r.tokens:,} tokens, "
+            f"{r.wall_s:.1f}s, unparseable {r.unparseable}, failed {r.failed_rollouts}"
+        )
+    if bank is not None and len(bank):
+        lines.append("what the bank learned (best first; support = rollouts that derived it):")
+        for kind, name in (("negative", "pitfall"), ("positive", "proposition")):
+            for item in top_experiences(bank)[kind]:
+                lines.append(f"  {name} [support {item['support']}]: {item['text']}")
+    roles = ", ".join(f"{k} {v['total_tokens']:,}" for k, v in result.ledger["roles"].items())
+    lines.append(f"tokens: {result.ledger['total_tokens']:,} ({roles}); time {result.wall_s:.1f}s")
+    return "\n".join(lines)
+
+
+def config_from(args: argparse.Namespace, local: bool) -> RSEConfig:
+    from rse_fast.rse.config import RSEConfig
+
+    for key, value in (LOCAL_DEFAULTS if local else REMOTE_DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    ks = [int(x) for x in str(args.k).split(",")]
+    tau_pos = args.tau_positive if args.tau_positive is not None else args.tau
+    tau_neg = args.tau_negative if args.tau_negative is not None else args.tau
+    extra: dict[str, Any] = {}
+    if args.distill_max_tokens is not None:
+        extra["distill_max_tokens"] = args.distill_max_tokens
+    return RSEConfig(
+        rounds=args.rounds,
+        k=ks[0] if len(ks) == 1 else ks,
+        tau_positive=tau_pos,
+        tau_negative=tau_neg,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        select_from=args.select_from,
+        dedup_policy=args.dedup_policy,
+        dedup_order=args.dedup_order,
+        dedup=not args.no_dedup,
+        use_positive=not args.no_positive,
+        use_negative=not args.no_negative,
+        bank_token_budget=args.bank_tokens,
+        distill_model=args.distill_model,
+        distill_retries=args.distill_retries,
+        distill_extra=json.loads(args.distill_extra) if args.distill_extra else None,
+        distill_final_round=bool(args.bank_out) or args.distill_final_round,
+        distill_format=args.distill_format,
+        settle_margin=args.settle_margin,
+        min_support_shown=args.min_support,
+        guidance=args.guidance,
+        **extra,
+    )
+
+
+async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
+    from rse_fast.encoder import Encoder
+    from rse_fast.llm.trace import JsonlTrace
+    from rse_fast.rse.engine import RSE
+
+    cfg = config_from(args, local=not configured_base_url(args))
+    async with contextlib.AsyncExitStack() as stack:
+        trace = JsonlTrace(args.trace) if args.trace else None
+        if trace is not None:
+            stack.callback(trace.close)
+        client = await connect(args, stack, cfg.k_for_round(1), trace)
+        distill_client = None
+        if args.distill_base_url:
+            from rse_fast.llm.client import LLMClient
+
+            distill_client = await stack.enter_async_context(
+                LLMClient(
+                    args.distill_base_url, cfg.distill_model or client.model, api_key=api_key(args)
+                )
+            )
+        progress = None if args.quiet else ProgressDisplay()
+        if progress is not None:
+            stack.callback(progress.close)
+        rse = RSE(
+            client,
+            Encoder(),
+            cfg,
+            checkpoint_dir=args.checkpoint,
+            progress=progress,
+            distill_client=distill_client,
+        )
+        bank = None
+        if args.bank_in:
+            from rse_fast.rse.bank import ExperienceBank
+
+            bank = ExperienceBank.load(args.bank_in)
+        result = await rse.solve(args.problem, gold=args.gold, resume=args.resume, bank=bank)
+        if args.bank_out and rse.bank is not None:
+            rse.bank.save(args.bank_out)
+        if trace is not None:
+            from rse_fast.rse.report import RESULT_RECORD
+
+            trace({"kind": RESULT_RECORD, "result": result.to_dict()})
+        return result, rse.bank
+    raise AssertionError("unreachable")

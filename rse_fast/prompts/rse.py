@@ -1,0 +1,231 @@
+"""RSE's prompts: the bank block of the guided solve prompt, and distillation (prompt, schema).
+
+Why they are short: on small models a rollout is ~200 tokens, so every token of instructions
+in a distillation or a guided prompt is paid again per rollout (the committed ablation spent
+~82% of RSE's budget there). Why they are written this way (DESIGN §1.3):
+- a distiller forced to fill every field of a pitfall invents flaws in correct work, so no
+  field and no count is required: an empty list is a valid answer;
+- banning every number of the bank switches recycling off on arithmetic, so propositions keep
+  what was derived, numbers included, and the solver re-checks what it relies on;
+- the distiller never sees a gold answer; what it may see is how the round's own answers split
+  (its own samples), which tells a majority computation from a minority slip.
+Experience texts are inserted verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from rse_fast.llm.types import Message
+
+Guidance = Literal["short", "rules"]
+
+#: The one framing line above the bank (default ``guidance="short"``).
+UNCHECKED = "Nobody has checked them: re-check any note you rely on."
+FRAMING = {
+    True: f"Notes from earlier attempts at this problem. {UNCHECKED}",
+    False: f"Notes from attempts at related problems (not this one: a note may not apply). "
+    f"{UNCHECKED}",
+}
+AVOID = "avoid"
+KNOWN = "found"
+
+#: The previous release's rules, kept as the ``guidance="rules"`` ablation (rule 3 now asks
+#: for a re-check instead of forbidding every number).
+GUIDED_RULES = (
+    "Below is experience collected from earlier attempts at {origin}. Nobody has checked it "
+    "against a correct answer, and parts of it are wrong. Use it this way:\n"
+    "1. Pitfalls first. Never repeat one: when your reasoning reaches the situation a pitfall "
+    "describes, take a different route at that point.\n"
+    "2. Propositions are hypotheses about the structure of the problem, not facts. Before you "
+    "rely on one, check that its conditions hold here and derive it again yourself.\n"
+    "3. Re-check every number and result written below before you use it.\n"
+    "4. If the experience contradicts itself or your own derivation, go back to the problem "
+    "statement, question the assumptions you started from, and rebuild from there."
+)
+ORIGIN_SAME = "this same problem"
+ORIGIN_RELATED = "related problems (not this one: check that each item applies at all)"
+PITFALLS_HEADER = "Pitfalls to avoid:"
+PROPOSITIONS_HEADER = "Propositions to verify before use:"
+PITFALL_KINDS = ("dead end", "fatal flaw", "risk")
+
+
+def render_proposition(statement: str, conditions: str = "", source: str = "") -> str:
+    """One line for a proposition: the claim, when it holds, and how it was obtained."""
+    line = statement.strip()
+    extra = [
+        f"{lead} {part.strip()}"
+        for lead, part in (("holds if", conditions), ("from", source))
+        if part.strip() and part.strip().lower() not in line.lower()  # nothing said twice
+    ]
+    return f"{line} ({'; '.join(extra)})" if extra else line
+
+
+def render_pitfall(
+    context: str = "", kind: str = "", trigger: str = "", action: str = "", consequence: str = ""
+) -> str:
+    """One line for a pitfall: ``[kind] context: trigger -> action -> consequence``; a part
+    that repeats an earlier one is left out ("X -> X" says nothing twice)."""
+    seen: list[str] = []
+    for part in (context, trigger, action, consequence):
+        p = part.strip()
+        if p and not any(p.lower() in s.lower() for s in seen):
+            seen.append(p)
+    head = f"[{kind.strip()}] " if kind.strip() else ""
+    if context.strip() and len(seen) > 1 and seen[0] == context.strip():
+        return head + f"{seen[0]}: " + " -> ".join(seen[1:])
+    return head + " -> ".join(seen)
+
+
+def render_experiences(
+    negatives: Sequence[str],
+    positives: Sequence[str],
+    same_problem: bool = True,
+    guidance: Guidance = "short",
+) -> str:
+    """The bank as prompt text; "" when both lists are empty. ``short``: one framing line,
+    then one tagged line per item, pitfalls first. ``rules``: the long rules and headers."""
+    if not negatives and not positives:
+        return ""
+    if guidance == "short":
+        lines = [FRAMING[same_problem]]
+        lines += [f"- {AVOID}: {t}" for t in negatives]
+        lines += [f"- {KNOWN}: {t}" for t in positives]
+        return "\n".join(lines)
+    parts = [GUIDED_RULES.format(origin=ORIGIN_SAME if same_problem else ORIGIN_RELATED)]
+    if negatives:
+        parts.append(PITFALLS_HEADER + "\n" + "\n".join(f"- {t}" for t in negatives))
+    if positives:
+        parts.append(PROPOSITIONS_HEADER + "\n" + "\n".join(f"- {t}" for t in positives))
+    return "\n\n".join(parts)
+
+
+DISTILL_SYSTEM = (
+    "You read worked attempts at a problem and note what a fresh attempt should reuse or "
+    "avoid. Nobody knows whether an attempt is right. Reply with JSON only."
+)
+
+DistillFormat = Literal["compact", "structured"]
+
+
+def answer_split(answers: Sequence[str | None], own: str | None = None) -> str:
+    """How a round's answers split, e.g. "42 (3 attempts), 41 (1); this attempt: 41"."""
+    counts: dict[str, int] = {}
+    for a in answers:
+        key = a if a is not None else "no answer"
+        counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{a} ({n})" for a, n in ranked)
+    return text + (f"; this attempt: {own if own is not None else 'no answer'}" if own else "")
+
+
+def distill_messages(
+    problem: str,
+    response: str,
+    max_items: int,
+    max_words: int,
+    reasoning: str | None = None,
+    truncated: bool = False,
+    *,
+    style: DistillFormat = "compact",
+    split: str | None = None,
+) -> list[Message]:
+    """Distil(x, ω): the problem, the attempt's reasoning trace (its dead ends are there) and
+    final response, optionally how the round's answers split → propositions and pitfalls."""
+    attempt = ""
+    if reasoning:
+        attempt += f"Reasoning of the attempt:\n{reasoning.strip()}\n\n"
+    attempt += f"Attempt:\n{response.strip() or '(none)'}"
+    if truncated:
+        attempt += "\n(cut off by its length limit)"
+    if split:
+        attempt += f"\n\nFinal answers of all attempts this round: {split}."
+    if style == "compact":
+        ask = (
+            f"Write at most {max_items} short lines (under {max_words} words each) in each "
+            'list. "propositions": results the attempt derived that you re-checked and found '
+            'right, numbers included, each with how it follows. "pitfalls": steps the attempt '
+            "actually took that are wrong, each naming the step and why it fails. Each line "
+            "must stand alone: name the quantities. Leave a list empty when there is nothing "
+            "sure to add; a correct attempt has no pitfalls."
+        )
+    else:
+        ask = (
+            f"At most {max_items} items per list, all fields of an item under {max_words} "
+            'words together. "propositions": results the attempt derived that you re-checked '
+            "and found right, numbers included (statement; conditions; source: how it was "
+            'derived). "pitfalls": steps the attempt actually took that are wrong (context; '
+            "kind: dead end, fatal flaw or risk; trigger; action: the wrong step; consequence). "
+            "Fill only the fields you can; leave a list empty when there is nothing sure to "
+            "add; a correct attempt has no pitfalls."
+        )
+    user = f"Problem:\n{problem.strip()}\n\n{attempt}\n\n{ask}"
+    return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
+
+
+#: Characters per field of a distilled item. Why: constrained decoding enforces them, so a
+#: small distiller cannot write at length (measured: ~900 tokens per reply without bounds,
+#: several times the rollout it distils).
+FIELD_CHARS = {"line": 160, "statement": 200, "conditions": 100, "source": 80, "context": 100,
+               "trigger": 100, "action": 120, "consequence": 100}  # fmt: skip
+
+
+def distill_schema(max_items: int, style: DistillFormat = "compact") -> dict[str, Any]:
+    """``response_format`` for servers with JSON-schema constrained decoding. Only the two
+    lists are required, never an item or a field beyond an item's main text."""
+
+    def text(name: str) -> dict[str, Any]:
+        return {"type": "string", "minLength": 1, "maxLength": FIELD_CHARS[name]}
+
+    def item_of(fields: dict[str, Any], main: str) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": fields,
+            "required": [main],
+            "additionalProperties": False,
+        }
+
+    if style == "compact":
+        proposition: dict[str, Any] = text("line")
+        pitfall: dict[str, Any] = text("line")
+    else:
+        proposition = item_of({n: text(n) for n in ("statement", "conditions", "source")},
+                              "statement")  # fmt: skip
+        pitfall = item_of(
+            {
+                "context": text("context"),
+                "kind": {"type": "string", "enum": list(PITFALL_KINDS)},
+                "trigger": text("trigger"),
+                "action": text("action"),
+                "consequence": text("consequence"),
+            },
+            "action",
+        )
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "experiences",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "propositions": {"type": "array", "items": proposition, "maxItems": max_items},
+                    "pitfalls": {"type": "array", "items": pitfall, "maxItems": max_items},
+                },
+                "required": ["propositions", "pitfalls"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+#: Phrases of the project's own instructions (distiller's and solver's). A statement that
+#: carries one copies instructions, not experience.
+INSTRUCTION_PHRASES = (
+    "unverified hypothesis", "treat everything it claims", "the attempt may be wrong",
+    "nobody has checked", "re-check any note", "notes from earlier attempts",
+    "put the final answer", "reason step by step", "check your work", "stand alone",
+    "nothing sure to add", "found right", "re-derived and found", "reply with json",
+    "distrust every number", "verify before use", "pitfalls to avoid", "take a different route",
+)  # fmt: skip
