@@ -1,20 +1,26 @@
-"""What the RSE fidelity work buys, at equal tokens, on the embedded local model.
+"""Does RSE pay for itself? A protocol: defaults chosen on dev seeds, reported once on test seeds.
 
-    python bench/rse_ablation.py                 # the full run (~1.5 h on 2 cores; resumes)
-    python bench/rse_ablation.py --scripted      # the plumbing, against the scripted server
-    python bench/rse_ablation.py --summarise-only
+    python bench/rse_ablation.py --cell dev-easy-0.5b     # run (or resume) one cell
+    python bench/rse_ablation.py --cell test-easy-0.5b
+    python bench/rse_ablation.py --summarise-only         # rse_ablation.json + README table
+    python bench/rse_ablation.py --scripted               # the plumbing, against the scripted server
 
-Three methods on the same seeded problems at the same token budget (prompt + completion of
-every call, distillation included), each with the same sampling settings:
-- ``rse_new``: RSE as this tree's HEAD commit has it (rules in the guided prompt, structured
-  distillation, support-ranked bank, echo filter);
-- ``rse_old``: RSE of the previous release (commit ``OLD_COMMIT``), exactly as it was;
-- ``sc``: self-consistency (majority vote) at the same budget.
-Both trees are exported (``git archive``) to temporary folders and run from there, so edits to
-the working tree during the run change nothing. Problems come in chunks that rotate through
-the three, so a run cut short stays paired.
-Paired bootstrap 95% intervals (resampling problems) for every difference; per-round accuracy
-for the RSE variants; a short probe first measures single-sample accuracy of the task.
+A *cell* is (model, task, seed set, budget, methods). Dev cells hold the ablation variants (each
+change switched off); test cells hold ``rse`` at its defaults and ``sc``, on seeds no default
+was chosen on. Every method of a cell gets the same problems, the same budget (prompt +
+completion tokens of every call, distillation included), the same sampling settings and
+seeds. Each cell runs from an exported copy (``git archive``) of the commit it started with,
+so edits to the working tree never change a run in flight; records are appended per problem
+and a rerun skips what is done. Problems rotate through the methods in chunks, so a run cut
+short stays paired.
+
+What is measured per cell (paired bootstrap intervals, resampling problems):
+- accuracy of the final answer, RSE − SC, and RSE − SC-with-the-same-settle-rule;
+- the per-role token split and the share spent on experience (distillation + bank block);
+- the bank's effect per sample: RSE's guided samples against SC's samples at the same positions,
+  conditioned on how many of round 1's samples were right. RSE's round 1 and SC's first K
+  samples are the same requests (same prompt, seeds and sampling settings), so what differs
+  after them is what the bank did.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +41,67 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 
-from common import replace_readme_block, write_result
+from common import machine, replace_readme_block, write_result
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 WORK = HERE / "results" / "rse_ablation"
-OLD_COMMIT = "9544e29"
-TASK = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
-MODEL = "qwen2.5-coder-0.5b"
-VARIANTS = {
-    "rse_new": {"method": "rse", "tree": "new"},
-    "rse_old": {"method": "rse", "tree": "old"},
-    "sc": {"method": "sc", "tree": "new"},
+EASY = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
+#: Longer arithmetic: single samples of the 0.5B right 30-60%, rollouts given 1,024 tokens.
+MULTI = "gym:basic_arithmetic?min_terms=5&max_terms=6&min_digits=2&max_digits=3"
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str
+    task: str
+    problems: int
+    seed: int
+    budget: int
+    methods: tuple[str, ...]
+    split: str  # "dev" (choose defaults) or "test" (report once)
+    k: int = 4
+    max_tokens: int = 384
+    max_rounds: int = 8
+
+
+DEV_METHODS = ("rse", "rse:no-settle", "rse:support-1", "rse:votes", "sc")
+CELLS = {
+    "dev-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 12, 101, 2000, DEV_METHODS, "dev"),
+    "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 2000, ("rse", "sc"), "test"),
+    "test-multi-0.5b": Cell(
+        "qwen2.5-coder-0.5b", MULTI, 40, 7, 6000, ("rse", "sc"), "test", max_tokens=1024
+    ),  # fmt: skip
+    "test-multi-1.5b": Cell(
+        "qwen2.5-coder-1.5b", MULTI, 30, 7, 6000, ("rse", "sc"), "test", max_tokens=1024
+    ),  # fmt: skip
 }
+
+
+@dataclass
+class Records:
+    """One cell's appended records: method → problem id → record."""
+
+    by_method: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, folder: Path, methods: tuple[str, ...]) -> Records:
+        out = cls()
+        for m in methods:
+            path = folder / f"{slug(m)}.jsonl"
+            rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if (
+                path.exists()
+            ) else []  # fmt: skip
+            out.by_method[m] = {r["id"]: r for r in rows}
+        return out
+
+    def common(self, order: list[str]) -> list[str]:
+        ids = set.intersection(*(set(v) for v in self.by_method.values()))
+        return [i for i in order if i in ids]
+
+
+def slug(method: str) -> str:
+    return method.replace(":", "_")
 
 
 def head_commit() -> str:
@@ -74,238 +129,254 @@ def export_tree(commit: str, dest: Path) -> Path:
     return tree
 
 
-def worker(
-    variant: str, problems: Path, url: str, model: str, args: argparse.Namespace,
-    trees: dict[str, Path],
+def run_cell(name: str, cell: Cell, scripted: bool) -> None:
+    folder = WORK / name if not scripted else Path(tempfile.mkdtemp(prefix="rse-ablation-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    meta_path = folder / "cell.json"
+    if meta_path.exists():  # a resumed cell keeps the commit it started with
+        meta = json.loads(meta_path.read_text())
+    else:
+        meta = {"cell": asdict(cell), "commit": head_commit(), "machine": machine()}
+        meta_path.write_text(json.dumps(meta, indent=1))
+    tree = export_tree(meta["commit"], Path(tempfile.gettempdir()) / "rse-fast-trees")
+    dataset = load_dataset(cell.task, cell.problems, cell.seed)
+    problems = [{"id": p.id, "prompt": p.prompt, "gold": p.gold} for p in dataset.problems]
+    asyncio.run(_serve_and_run(cell, folder, tree, problems, scripted))
+
+
+async def _serve_and_run(
+    cell: Cell, folder: Path, tree: Path, problems: list[dict[str, Any]], scripted: bool
+) -> None:
+    if scripted:
+        from rse_fast.testing import ScriptedServer
+
+        async with ScriptedServer(default_reply="7 + 5 = 12 so \\boxed{12}") as srv:
+            await asyncio.to_thread(_chunks, cell, folder, tree, problems, srv.base_url, "s")
+        return
+    from rse_fast.local import LocalServer
+
+    async with LocalServer(cell.model, parallel=cell.k) as server:
+        await asyncio.to_thread(
+            _chunks, cell, folder, tree, problems, server.base_url, server.model_name
+        )
+
+
+def _chunks(
+    cell: Cell, folder: Path, tree: Path, problems: list[dict[str, Any]], url: str, model: str,
+    chunk: int = 4,
 ) -> None:  # fmt: skip
-    spec = VARIANTS[variant]
-    tree = trees[spec["tree"]]
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [
-        sys.executable,
-        str(HERE / "rse_worker.py"),
-        "--problems", str(problems),
-        "--out", str(WORK / f"{variant}.jsonl"),
-        "--url", url,
-        "--model", model,
-        "--method", spec["method"],
-        "--label", variant,
-        "--budget", str(args.budget),
-        "--k", str(args.k),
-        "--max-tokens", str(args.max_tokens),
-        "--seed", str(args.seed),
-    ]  # fmt: skip
-    subprocess.run(cmd, check=True, env=env, cwd=str(tree))
+    for start in range(0, len(problems), chunk):
+        part = folder / "chunk.json"
+        part.write_text(json.dumps(problems[start : start + chunk]))
+        for method in cell.methods:
+            cmd = [
+                sys.executable, str(HERE / "rse_worker.py"),
+                "--problems", str(part), "--out", str(folder / f"{slug(method)}.jsonl"),
+                "--url", url, "--model", model, "--method", method, "--label", method,
+                "--budget", str(cell.budget), "--k", str(cell.k), "--parallel", str(cell.k),
+                "--max-tokens", str(cell.max_tokens), "--max-rounds", str(cell.max_rounds),
+                "--seed", str(cell.seed),
+            ]  # fmt: skip
+            subprocess.run(cmd, check=True, env=env, cwd=str(tree))
+        print(f"{folder.name}: {min(start + chunk, len(problems))}/{len(problems)}", flush=True)
 
 
-async def probe(url: str, model: str, problems: list[Any], grade: Any, samples: int) -> float:
-    """Single-sample accuracy of the task: ``samples`` plain samples of each probe problem."""
-    from rse_fast.llm.client import LLMClient
-    from rse_fast.prompts import solve_messages
-
-    async with LLMClient(url, model) as client:
-        results = await asyncio.gather(
-            *(
-                client.chat(
-                    solve_messages(p.prompt), n=samples, temperature=0.7, max_tokens=384, seed=i
-                )
-                for i, p in enumerate(problems)
-            )
-        )
-    scores = [grade(p, t) for p, r in zip(problems, results, strict=True) for t in r.texts]
-    return sum(scores) / len(scores)
+# -- analysis ---------------------------------------------------------------------------------
+def graded(dataset: Any, problem: Any, texts: list[str]) -> list[float]:
+    return [float(dataset.grade(problem, t)) for t in texts]
 
 
-def summarise(dataset: Any, args: argparse.Namespace, probe_acc: float | None) -> dict[str, Any]:
+def overhead_share(rows: list[dict[str, Any]]) -> float | None:
+    """Distillation + bank-block tokens ÷ all tokens, over a method's records."""
+    total = sum(r["tokens"] for r in rows)
+    spent = sum((r.get("roles") or {}).get("distill", 0) + (r.get("bank_prompt_tokens") or 0)
+                for r in rows)  # fmt: skip
+    return spent / total if total else None
+
+
+def guided_vs_sc_samples(
+    dataset: Any, by_id: dict[str, Any], rse: dict[str, Any], sc: dict[str, Any], ids: list[str],
+    k: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Per problem: mean correctness of RSE's samples after round 1 minus SC's samples at the
+    same positions (k, k+1, ...), overall and by how many of round 1's k samples were right
+    (the two share round 1). Problems where either has no sample there are left out."""
+    diffs: list[float] = []
+    by_start: dict[int, list[float]] = {}
+    for i in ids:
+        r_texts, rounds = rse[i]["pool_texts"], rse[i].get("pool_rounds") or []
+        later = [t for t, rr in zip(r_texts, rounds, strict=False) if rr > 1]
+        sc_later = sc[i]["pool_texts"][k : k + len(later)]
+        n = min(len(later), len(sc_later))
+        if n == 0:
+            continue
+        a = graded(dataset, by_id[i], later[:n])
+        b = graded(dataset, by_id[i], sc_later[:n])
+        d = sum(a) / n - sum(b) / n
+        diffs.append(d)
+        first = int(sum(graded(dataset, by_id[i], r_texts[:k])))
+        by_start.setdefault(first, []).append(d)
+    mean, ci = paired_difference(diffs, [0.0] * len(diffs)) if diffs else (None, (None, None))
+    return {
+        "diff": mean,
+        "ci95": list(ci),
+        "problems": len(diffs),
+        "by_round1_right": {
+            str(n): {"diff": sum(v) / len(v), "problems": len(v)}
+            for n, v in sorted(by_start.items())
+        },
+    }
+
+
+def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
+    folder = WORK / name
+    if not (folder / "cell.json").exists():
+        return None
+    meta = json.loads((folder / "cell.json").read_text())
+    dataset = load_dataset(cell.task, cell.problems, cell.seed)
     by_id = {p.id: p for p in dataset.problems}
-    recs: dict[str, dict[str, dict[str, Any]]] = {}
-    for variant in VARIANTS:
-        path = WORK / f"{variant}.jsonl"
-        rows = (
-            [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-            if path.exists()
-            else []
-        )
-        recs[variant] = {r["id"]: r for r in rows}
-    common = sorted(set.intersection(*(set(v) for v in recs.values())), key=list(by_id).index)
+    recs = Records.read(folder, cell.methods)
+    ids = recs.common(list(by_id))
+    if not ids:
+        return None
     score = {
-        v: [dataset.grade(by_id[i], recs[v][i]["final_text"]) for i in common] for v in VARIANTS
+        m: [float(dataset.grade(by_id[i], recs.by_method[m][i]["final_text"])) for i in ids]
+        for m in cell.methods
     }
     out: dict[str, Any] = {
-        "task": TASK + f" (seed {args.seed}, reasoning-gym; counted right only at score 1.0)",
-        "model": f"{MODEL} (Q4 GGUF, llama.cpp llama-server, 2 CPU cores)",
-        "problems": len(common),
-        "planned_problems": args.problems,
-        "partial": len(common) < args.problems,
-        "budget_tokens": args.budget,
-        "k": args.k,
-        "commits": json.loads((WORK / "commits.json").read_text())
-        if (WORK / "commits.json").exists()
-        else None,
-        "probe_single_sample_accuracy": probe_acc,
-        "single_sample_accuracy_sc_pool": _pool_accuracy(dataset, by_id, recs["sc"], common),
-        "accuracy": {v: sum(s) / len(s) if s else None for v, s in score.items()},
-        "accuracy_ci95": {v: bootstrap_mean_ci(s) for v, s in score.items()},
+        "cell": name,
+        "split": cell.split,
+        "model": cell.model,
+        "task": cell.task,
+        "seed": cell.seed,
+        "budget_tokens": cell.budget,
+        "k": cell.k,
+        "max_tokens": cell.max_tokens,
+        "problems": len(ids),
+        "planned_problems": cell.problems,
+        "partial": len(ids) < cell.problems,
+        "commit": meta["commit"],
+        "machine": meta["machine"],
+        "accuracy": {m: sum(s) / len(s) for m, s in score.items()},
+        "accuracy_ci95": {m: list(bootstrap_mean_ci(s)) for m, s in score.items()},
         "mean_tokens": {
-            v: sum(recs[v][i]["tokens"] for i in common) / max(1, len(common)) for v in VARIANTS
+            m: sum(recs.by_method[m][i]["tokens"] for i in ids) / len(ids) for m in cell.methods
         },
-        "mean_wall_s": {
-            v: sum(recs[v][i]["wall_s"] for i in common) / max(1, len(common)) for v in VARIANTS
+        "tokens_by_role": {
+            m: _mean_roles([recs.by_method[m][i] for i in ids]) for m in cell.methods
         },
-        "accuracy_per_round": {
-            v: _per_round([recs[v][i].get("accuracy_per_round") for i in common])
-            for v in ("rse_new", "rse_old")
+        "samples_per_problem": {
+            m: sum(len(recs.by_method[m][i]["pool_texts"]) for i in ids) / len(ids)
+            for m in cell.methods
+        },
+        "settled_share": {
+            m: sum(bool(recs.by_method[m][i].get("settled")) for i in ids) / len(ids)
+            for m in cell.methods
+            if m.startswith("rse")
         },
     }
-    for name, a, b in (
-        ("rse_new_vs_sc", "rse_new", "sc"),
-        ("rse_new_vs_rse_old", "rse_new", "rse_old"),
-        ("rse_old_vs_sc", "rse_old", "sc"),
-    ):
-        diff, ci = paired_difference(score[a], score[b]) if common else (None, (None, None))
-        out[name] = {"accuracy_diff": diff, "ci95": list(ci)}
+    for m in cell.methods:
+        if m == "sc":
+            continue
+        diff, ci = paired_difference(score[m], score["sc"])
+        out[f"{slug(m)}_vs_sc"] = {"diff": diff, "ci95": list(ci)}
+    if "rse" in cell.methods:
+        rows = [recs.by_method["rse"][i] for i in ids]
+        # the default settle rule spends the rest of a settled problem on plain samples, which
+        # is what SC does: SC under the same rule is SC itself, so the pair is the same
+        out["rse_vs_sc_settle"] = {**out["rse_vs_sc"], "sc_settle_is_sc": True}
+        out["overhead_share"] = overhead_share(rows)
+        out["guided_vs_sc_sample"] = guided_vs_sc_samples(
+            dataset, by_id, recs.by_method["rse"], recs.by_method["sc"], ids, cell.k
+        )
+    out["per_problem"] = {m: dict(zip(ids, score[m], strict=True)) for m in cell.methods}
     return out
 
 
-def _pool_accuracy(
-    dataset: Any, by_id: dict[str, Any], rows: dict[str, Any], ids: list[str]
-) -> float | None:
-    scores = [dataset.grade(by_id[i], t) for i in ids for t in rows[i].get("pool_texts", [])]
-    return sum(scores) / len(scores) if scores else None
+def _mean_roles(rows: list[dict[str, Any]]) -> dict[str, float]:
+    roles: dict[str, float] = {}
+    for r in rows:
+        for k, v in (r.get("roles") or {}).items():
+            roles[k] = roles.get(k, 0.0) + v / len(rows)
+    return roles
 
 
-def _per_round(runs: list[list[float | None] | None]) -> list[float | None]:
-    runs_ = [r for r in runs if r]
-    if not runs_:
-        return []
-    depth = max(len(r) for r in runs_)
-    out: list[float | None] = []
-    for k in range(depth):
-        vals = [r[k] for r in runs_ if k < len(r) and r[k] is not None]
-        out.append(sum(vals) / len(vals) if vals else None)  # type: ignore[arg-type]
-    return out
+def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """RSE − SC over every test cell's problems, paired by problem."""
+    a: list[float] = []
+    b: list[float] = []
+    for c in cells:
+        if c["split"] != "test" or "rse" not in c["per_problem"]:
+            continue
+        ids = list(c["per_problem"]["rse"])
+        a += [c["per_problem"]["rse"][i] for i in ids]
+        b += [c["per_problem"]["sc"][i] for i in ids]
+    if not a:
+        return {"rse_vs_sc": {"diff": None, "ci95": [None, None]}, "problems": 0}
+    diff, ci = paired_difference(a, b)
+    return {"rse_vs_sc": {"diff": diff, "ci95": list(ci)}, "problems": len(a)}
 
 
-def table(s: dict[str, Any]) -> str:
+def table(summary: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "—" if x is None else f"{100 * x:.0f}%"
 
-    def ci(c: list[float | None]) -> str:
-        return "—" if c[0] is None else f"[{100 * c[0]:+.0f}, {100 * c[1]:+.0f}] pts"
+    def pts(d: dict[str, Any]) -> str:
+        if d.get("diff") is None:
+            return "—"
+        lo, hi = d["ci95"]
+        return f"{100 * d['diff']:+.1f} pts [{100 * lo:+.0f}, {100 * hi:+.0f}]"
 
-    partial = (
-        f"**Partial run: {s['problems']} of the {s['planned_problems']} planned problems** "
-        "(`python bench/rse_ablation.py` resumes it). With this few problems the intervals "
-        "are wide: the run cannot yet show a difference either way.\n\n"
-        if s.get("partial")
-        else ""
-    )
     lines = [
-        partial + f"{s['problems']} problems of `{s['task']}`, {s['model']}, budget "
-        f"{s['budget_tokens']:,} tokens per problem and method, K={s['k']} per RSE round. "
-        f"Single samples right: {pct(s['probe_single_sample_accuracy'])} (probe), "
-        f"{pct(s['single_sample_accuracy_sc_pool'])} (every SC sample).",
-        "",
-        "| method | accuracy (95% CI) | mean tokens | mean wall s | accuracy per round |",
-        "|---|---|---|---|---|",
+        "| cell | problems | budget | method | accuracy | mean tokens | samples | vs SC |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for v in VARIANTS:
-        lo, hi = s["accuracy_ci95"][v]
-        rounds = ", ".join(pct(x) for x in s["accuracy_per_round"].get(v, [])) or "—"
-        lines.append(
-            f"| {v} | {pct(s['accuracy'][v])} ({pct(lo)}–{pct(hi)}) | {s['mean_tokens'][v]:,.0f} "
-            f"| {s['mean_wall_s'][v]:.1f} | {rounds} |"
-        )
+    for c in summary["cells"]:
+        for m, acc in c["accuracy"].items():
+            vs = pts(c.get(f"{slug(m)}_vs_sc", {})) if m != "sc" else ""
+            part = f" (of {c['planned_problems']})" if c["partial"] else ""
+            lines.append(
+                f"| {c['cell']} | {c['problems']}{part} | {c['budget_tokens']:,} | {m} | "
+                f"{pct(acc)} | {c['mean_tokens'][m]:,.0f} | "
+                f"{c['samples_per_problem'][m]:.1f} | {vs} |"
+            )
     lines += [
         "",
-        "Mean wall time is per problem on a shared 2-core machine; one SC problem took 920 s "
-        "while other work held the CPU, so wall times are only indicative. Equal tokens: each "
-        "method ran at the same budget; its mean spend is in the table.",
-        "",
-        "| paired difference | accuracy | 95% CI (bootstrap over problems) |",
+        "| cell | experience share of RSE's tokens | guided − SC samples |",
         "|---|---|---|",
     ]
-    for name in ("rse_new_vs_sc", "rse_new_vs_rse_old", "rse_old_vs_sc"):
-        d = s[name]
-        diff = "—" if d["accuracy_diff"] is None else f"{100 * d['accuracy_diff']:+.1f} pts"
-        lines.append(f"| {name.replace('_vs_', ' − ')} | {diff} | {ci(d['ci95'])} |")
+    for c in summary["cells"]:
+        if "overhead_share" in c:
+            g = c["guided_vs_sc_sample"]
+            lines.append(
+                f"| {c['cell']} | {pct(c['overhead_share'])} | {pts(g)} ({g['problems']} problems) |"
+            )
+    p = summary["pooled"]
+    lines += ["", f"Pooled over the test cells ({p['problems']} problems): RSE − SC "
+              f"{pts(p['rse_vs_sc'])}."]  # fmt: skip
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", type=int, default=40)
-    parser.add_argument("--budget", type=int, default=4000)
-    parser.add_argument("--k", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=384)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--chunk", type=int, default=5)
+    parser.add_argument("--cell", choices=sorted(CELLS), help="run (or resume) this cell")
     parser.add_argument("--scripted", action="store_true", help="plumbing check, no model")
     parser.add_argument("--summarise-only", action="store_true")
     args = parser.parse_args()
-    global WORK
     if args.scripted:
-        WORK = Path(tempfile.mkdtemp(prefix="rse-ablation-"))
-    WORK.mkdir(parents=True, exist_ok=True)
-    dataset = load_dataset(TASK, args.problems, args.seed)
-    probe_path = WORK / "probe.json"
-    if args.summarise_only:
-        probe_acc = json.loads(probe_path.read_text())["accuracy"] if probe_path.exists() else None
-    else:
-        probe_acc = asyncio.run(run(dataset, args, probe_path))
-    summary = summarise(dataset, args, probe_acc)
-    if args.scripted:
-        print(json.dumps(summary, indent=1))
+        small = Cell("scripted", EASY, 3, 1, 1500, ("rse", "sc"), "dev")
+        run_cell("scripted", small, scripted=True)
         return
+    if args.cell and not args.summarise_only:
+        run_cell(args.cell, CELLS[args.cell], scripted=False)
+    cells = [s for n, c in CELLS.items() if (s := summarise_cell(n, c)) is not None]
+    summary = {"cells": cells, "pooled": pooled(cells)}
     write_result("rse_ablation", summary)
     replace_readme_block(
-        "rse_ablation",
-        table(summary),
-        "## RSE ablation: new prompts and bank vs previous RSE vs SC",
+        "rse_ablation", table(summary), "## RSE at equal tokens: dev and test cells"
     )
     print(table(summary))
-
-
-async def run(dataset: Any, args: argparse.Namespace, probe_path: Path) -> float | None:
-    dest = Path(tempfile.gettempdir()) / "rse-fast-trees"
-    commits_path = WORK / "commits.json"
-    if commits_path.exists():  # a resumed run keeps the trees it started with
-        commits = json.loads(commits_path.read_text())
-    else:
-        commits = {"new": head_commit(), "old": OLD_COMMIT}
-        commits_path.write_text(json.dumps(commits))
-    trees = {k: export_tree(c, dest) for k, c in commits.items()}
-    problems = [{"id": p.id, "prompt": p.prompt, "gold": p.gold} for p in dataset.problems]
-    if args.scripted:
-        from rse_fast.testing import ScriptedServer
-
-        async with ScriptedServer(default_reply="7 + 5 = 12 so \\boxed{12}") as srv:
-            await asyncio.to_thread(_chunks, problems, srv.base_url, "scripted", args, trees)
-        return None
-    from rse_fast.local import LocalServer
-
-    async with LocalServer(MODEL, parallel=4) as server:
-        url, model = server.base_url, server.model_name
-        if probe_path.exists():
-            probe_acc = json.loads(probe_path.read_text())["accuracy"]
-        else:
-            probe_acc = await probe(url, model, dataset.problems[:12], dataset.grade, 2)
-            probe_path.write_text(json.dumps({"accuracy": probe_acc, "problems": 12, "samples": 2}))
-        print(f"probe: single samples right {probe_acc:.0%}", flush=True)
-        await asyncio.to_thread(_chunks, problems, url, model, args, trees)
-    return probe_acc
-
-
-def _chunks(
-    problems: list[dict[str, Any]], url: str, model: str, args: argparse.Namespace,
-    trees: dict[str, Path],
-) -> None:  # fmt: skip
-    for start in range(0, len(problems), args.chunk):
-        part = WORK / f"chunk-{start}.json"
-        part.write_text(json.dumps(problems[start : start + args.chunk]))
-        for variant in VARIANTS:
-            worker(variant, part, url, model, args, trees)
-        print(f"done {min(start + args.chunk, len(problems))}/{len(problems)}", flush=True)
 
 
 if __name__ == "__main__":

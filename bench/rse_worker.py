@@ -39,10 +39,16 @@ async def run(args: argparse.Namespace) -> None:
     if not todo:
         return
     options: dict[str, Any] = {"parallel": args.parallel, "max_tokens": args.max_tokens}
-    if args.method == "rse":
+    if args.method.startswith("rse"):
+        options["max_rounds"] = args.max_rounds
+    if args.method.startswith("rse"):
         options["encoder"] = Encoder()
         options["k"] = args.k
-    name = f"rse:{args.variant}" if args.variant else args.method
+    name = (
+        args.method
+        if ":" in args.method
+        else (f"rse:{args.variant}" if args.variant else args.method)
+    )
     async with LLMClient(args.url, args.model) as client:
         for p in todo:
             method = make_method(name, seed=args.seed, **options)
@@ -59,6 +65,11 @@ async def run(args: argparse.Namespace) -> None:
                 "accuracy_per_round": res.meta.get("accuracy_per_round"),
                 "rounds": res.meta.get("rounds"),
                 "bank_sizes": res.meta.get("bank_sizes"),
+                "roles": {k: v.total_tokens for k, v in res.ledger.by_role().items()},
+                "pool_rounds": res.meta.get("pool_rounds"),
+                "bank_prompt_tokens": res.meta.get("bank_prompt_tokens"),
+                "settled": res.meta.get("settled"),
+                "distilled_rounds": res.meta.get("distilled_rounds"),
             }
             with open(out, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")
@@ -77,6 +88,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, required=True)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--max-rounds", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--seed", type=int, default=0)
     asyncio.run(run(parser.parse_args()))

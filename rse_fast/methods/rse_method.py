@@ -115,6 +115,7 @@ class RSEMethod(Method):
         dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt)
         rounds: list[Any] = []
         block, settled = "", False
+        bank_prompt_tokens = 0  # the bank block inside guided prompts (estimated)
         for r in range(1, self.max_rounds + 1):
             shown = 0 if settled else c.count_tokens(block)
             unit = roll + shown
@@ -128,6 +129,7 @@ class RSEMethod(Method):
                 and spend.left - k_r * (unit + dist) >= guided_after
             )
             engine.config = replace(cfg, k=k_r)
+            bank_prompt_tokens += k_r * shown
             before = len(c.ledger.records)
             result, next_block = await engine.run_round(
                 problem.prompt, r, bank, problem.gold, "" if settled else block, distil=distil
@@ -166,6 +168,11 @@ class RSEMethod(Method):
             ],
         }
         meta["settled"] = settled
+        meta["bank_prompt_tokens"] = bank_prompt_tokens
+        meta["pool_rounds"] = [
+            rr.round for rr in select_rounds(rounds, cfg.select_from) for x in rr.rollouts
+            if x.error is None
+        ]
         meta["distilled_rounds"] = sum(
             any(x.distill != "skipped" for x in rr.rollouts) for rr in rounds
         )
