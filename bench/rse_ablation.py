@@ -3,7 +3,7 @@
     python bench/rse_ablation.py --cell dev-easy-0.5b     # run (or resume) one cell
     python bench/rse_ablation.py --cell test-easy-0.5b
     python bench/rse_ablation.py --summarise-only         # rse_ablation.json + README table
-    python bench/rse_ablation.py --scripted               # the plumbing, against the scripted server
+    python bench/rse_ablation.py --scripted               # plumbing: the scripted server
 
 A *cell* is (model, task, seed set, budget, methods). Dev cells hold the ablation variants (each
 change switched off); test cells hold ``rse`` at its defaults and ``sc``, on seeds no default
@@ -66,6 +66,7 @@ class Cell:
 
 
 DEV_METHODS = ("rse", "rse:no-settle", "rse:support-1", "rse:votes", "sc")
+# fmt: off
 CELLS = {
     "dev-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 12, 101, 2000, DEV_METHODS, "dev"),
     "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 2000, ("rse", "sc"), "test"),
@@ -349,9 +350,8 @@ def table(summary: dict[str, Any]) -> str:
     for c in summary["cells"]:
         if "overhead_share" in c:
             g = c["guided_vs_sc_sample"]
-            lines.append(
-                f"| {c['cell']} | {pct(c['overhead_share'])} | {pts(g)} ({g['problems']} problems) |"
-            )
+            share = pct(c["overhead_share"])
+            lines.append(f"| {c['cell']} | {share} | {pts(g)} ({g['problems']} problems) |")
     p = summary["pooled"]
     lines += ["", f"Pooled over the test cells ({p['problems']} problems): RSE − SC "
               f"{pts(p['rse_vs_sc'])}."]  # fmt: skip
