@@ -72,10 +72,10 @@ CELLS = {
     "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 2000, ("rse", "sc"), "test"),
     "test-multi-0.5b": Cell(
         "qwen2.5-coder-0.5b", MULTI, 40, 7, 6000, ("rse", "sc"), "test", max_tokens=1024
-    ),  # fmt: skip
+    ),
     "test-multi-1.5b": Cell(
         "qwen2.5-coder-1.5b", MULTI, 30, 7, 6000, ("rse", "sc"), "test", max_tokens=1024
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -170,7 +170,9 @@ class RSEMethod(Method):
         meta["settled"] = settled
         meta["bank_prompt_tokens"] = bank_prompt_tokens
         meta["pool_rounds"] = [
-            rr.round for rr in select_rounds(rounds, cfg.select_from) for x in rr.rollouts
+            rr.round
+            for rr in select_rounds(rounds, cfg.select_from)
+            for x in rr.rollouts
             if x.error is None
         ]
         meta["distilled_rounds"] = sum(
