@@ -65,11 +65,11 @@ class Cell:
     max_rounds: int = 8
 
 
-DEV_METHODS = ("rse", "rse:no-settle", "rse:support-1", "rse:votes", "sc")
+DEV_METHODS = ("rse", "rse:batch", "sc")
 # fmt: off
 CELLS = {
-    "dev-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 12, 101, 2000, DEV_METHODS, "dev"),
-    "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 2000, ("rse", "sc"), "test"),
+    "dev-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 8, 101, 4000, DEV_METHODS, "dev"),
+    "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 4000, ("rse", "sc"), "test"),
     "test-multi-0.5b": Cell(
         "qwen2.5-coder-0.5b", MULTI, 40, 7, 6000, ("rse", "sc"), "test", max_tokens=1024
     ),

@@ -45,6 +45,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument(
+        "--stream-idle-timeout",
+        type=float,
+        default=60.0,
+        help="seconds of upstream silence before a stream is ended with an error event",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -85,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         per_key_concurrency=args.per_key_concurrency,
         max_concurrency=args.max_concurrency,
         request_timeout_s=args.timeout,
+        stream_idle_s=args.stream_idle_timeout,
         upstream_api_key=upstream_key,
         allow_no_auth=args.allow_no_auth,
         caps=Caps(

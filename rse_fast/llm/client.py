@@ -21,7 +21,7 @@ import aiohttp
 
 from rse_fast.errors import LLMBadRequestError, LLMError
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
-from rse_fast.llm.parse import parse_choices, parse_chunk, parse_usage
+from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, parse_usage
 from rse_fast.llm.retry import RetryPolicy
 from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
 from rse_fast.llm.sse import sse_payloads
@@ -291,13 +291,12 @@ class LLMClient:
                     "/chat/completions", body, open_response, keep=keep
                 )
                 endpoint = state.url
-                async for data in sse_payloads(stream_lines(resp, endpoint), endpoint):
-                    for event in parse_chunk(data):
-                        if event.usage is not None:
-                            usage = event.usage
-                        content.append(event.delta)
-                        reasoning.append(event.reasoning)
-                        yield event
+                async for event in _events(state, resp):
+                    if event.usage is not None:
+                        usage = event.usage
+                    content.append(event.delta)
+                    reasoning.append(event.reasoning)
+                    yield event
         except LLMError as exc:
             self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
             if endpoint:  # broke mid-stream (failures before the first byte are traced already)
@@ -452,3 +451,15 @@ class LLMClient:
                     "error": f"{type(error).__name__}: {error}",
                 }
             )
+
+
+async def _events(state: EndpointState, resp: aiohttp.ClientResponse) -> AsyncIterator[StreamEvent]:
+    """The events of a streamed reply: SSE chunks, or, when the server ignored ``stream`` and
+    sent one JSON body (some gateways do), that whole completion."""
+    if resp.content_type == "application/json":
+        for event in completion_events(await read_json(state, resp), state.url):
+            yield event
+        return
+    async for data in sse_payloads(stream_lines(resp, state.url), state.url):
+        for event in parse_chunk(data):
+            yield event

@@ -91,3 +91,25 @@ def parse_chunk(data: dict[str, Any]) -> list[StreamEvent]:
     if usage is not None:
         events.append(StreamEvent(usage=usage, raw=data))
     return events
+
+
+def completion_events(data: dict[str, Any], endpoint: str) -> list[StreamEvent]:
+    """A whole completion (a server that answered a streamed request with one JSON body) as
+    the events its stream would have carried: per choice its role, content, reasoning, tool
+    calls and finish reason in one event, then the usage."""
+    events = [
+        StreamEvent(
+            index=c.index,
+            role=str(c.message.get("role") or "assistant"),
+            delta=c.text,
+            reasoning=c.reasoning or "",
+            tool_calls=tuple({"index": i, **call} for i, call in enumerate(c.tool_calls)),
+            finish_reason=c.finish_reason,
+            raw=data,
+        )
+        for c in parse_choices(data, endpoint)
+    ]
+    usage = parse_usage(data.get("usage"))
+    if usage is not None:
+        events.append(StreamEvent(usage=usage, raw=data))
+    return events

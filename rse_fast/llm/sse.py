@@ -3,7 +3,8 @@
 An event's ``data:`` lines are joined with newlines and end at a blank line (as the SSE spec
 says; OpenAI-compatible servers send one line per event). ``data: [DONE]`` ends the stream.
 A payload that is an ``{"error": ...}`` object (what vLLM and SGLang send when generation
-fails mid-stream) raises, so a failure is never mistaken for a short answer.
+fails mid-stream) raises, so a failure is never mistaken for a short answer; so does a stream
+that ends before ``[DONE]`` (a clean close midway) or with no event at all.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from rse_fast.errors import LLMResponseError, LLMServerError
+from rse_fast.errors import LLMConnectionError, LLMResponseError, LLMServerError
 
 DONE = b"[DONE]"
 
@@ -36,6 +37,7 @@ def _decode(payload: bytes, url: str) -> dict[str, Any]:
 async def sse_payloads(lines: AsyncIterable[bytes], url: str) -> AsyncIterator[dict[str, Any]]:
     """Each event's JSON payload, until ``[DONE]`` or the end of the lines."""
     buffered: list[bytes] = []
+    events = 0
     async for raw_line in lines:
         line = raw_line.rstrip(b"\r\n")
         if line.startswith(b"data:"):
@@ -47,6 +49,11 @@ async def sse_payloads(lines: AsyncIterable[bytes], url: str) -> AsyncIterator[d
         if line or not buffered:
             continue  # comments (":"), event/id fields, or stray blank lines
         payload, buffered = b"\n".join(buffered), []
+        events += 1
         yield _decode(payload, url)
     if buffered and buffered[0] != DONE:
+        events += 1
         yield _decode(b"\n".join(buffered), url)
+    if not events:
+        raise LLMResponseError("the stream ended with no event", endpoint=url)
+    raise LLMConnectionError("the stream ended before [DONE]", endpoint=url)

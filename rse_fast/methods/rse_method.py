@@ -28,6 +28,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "rules": {"guidance": "rules"},
     "structured": {"distill_format": "structured"},
     "votes": {"distill_sees_votes": True},
+    "batch": {"distill_mode": "batch"},
     "neg-only": {"use_positive": False},
     "pos-only": {"use_negative": False},
     "no-dedup": {"dedup": False},
@@ -43,10 +44,13 @@ PROMPT_OVERHEAD_TOKENS = 40
 DISTILL_PROMPT_TOKENS = 160
 
 
-def distill_guess(cfg: RSEConfig, prompt: float, completion: float) -> float:
-    """One distillation before any is measured: the problem, the rollout and the
+def distill_guess(cfg: RSEConfig, prompt: float, completion: float, k: int) -> float:
+    """One distillation call before any is measured: the problem, the rollout(s) and the
     instructions read, and the completion cap that follows the rollout's length."""
-    return prompt + completion + DISTILL_PROMPT_TOKENS + cfg.distill_tokens(int(completion))
+    read = completion
+    if cfg.distill_mode == "batch":
+        read = min(cfg.distill_batch, k) * min(completion, cfg.attempt_batch_tokens)
+    return prompt + read + DISTILL_PROMPT_TOKENS + cfg.distill_tokens(int(completion))
 
 
 class RSEMethod(Method):
@@ -112,10 +116,11 @@ class RSEMethod(Method):
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
-        dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt)
+        dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt, self.k)
         rounds: list[Any] = []
         block, settled = "", False
         bank_prompt_tokens = 0  # the bank block inside guided prompts (estimated)
+        sampled = 0  # rollouts so far: sample j is seeded as self-consistency's sample j
         for r in range(1, self.max_rounds + 1):
             shown = 0 if settled else c.count_tokens(block)
             unit = roll + shown
@@ -123,17 +128,20 @@ class RSEMethod(Method):
                 break
             k_r = max(1, min(self.k, int(spend.left / unit + 0.5)))
             guided_after = (roll + c.count_tokens(block) + 60) * self.k
+            experience = dist * (k_r if cfg.distill_mode == "each" else 1)
             distil = (
                 not settled
                 and r < self.max_rounds
-                and spend.left - k_r * (unit + dist) >= guided_after
+                and spend.left - k_r * unit - experience >= guided_after
             )
             engine.config = replace(cfg, k=k_r)
             bank_prompt_tokens += k_r * shown
             before = len(c.ledger.records)
             result, next_block = await engine.run_round(
-                problem.prompt, r, bank, problem.gold, "" if settled else block, distil=distil
-            )
+                problem.prompt, r, bank, problem.gold, "" if settled else block,
+                distil=distil, first_index=sampled,
+            )  # fmt: skip
+            sampled += k_r
             rounds.append(result)
             roll, dist = self._measure(c.ledger.records[before:], shown, roll, dist)
             if distil:

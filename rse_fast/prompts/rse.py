@@ -164,6 +164,38 @@ def distill_messages(
     return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
 
 
+def distill_batch_messages(
+    problem: str,
+    attempts: Sequence[tuple[str, str | None, int]],
+    total: int,
+    max_items: int,
+    max_words: int,
+) -> list[Message]:
+    """One distillation for a round: one attempt per distinct answer (text, answer, how many
+    of the ``total`` attempts gave it), side by side. Where they part is where a step went
+    wrong; what they share is likely right."""
+    shown = "\n\n".join(
+        f"Attempt {chr(65 + i)} (answer {answer if answer is not None else 'none'}, given by "
+        f"{count} of {total} attempts):\n{text.strip() or '(none)'}"
+        for i, (text, answer, count) in enumerate(attempts)
+    )
+    compare = (
+        "Compare the attempts step by step. "
+        if len(attempts) > 1
+        else "All attempts agree on this answer. "
+    )
+    ask = (
+        f"{compare}Write at most {max_items} short lines (under {max_words} words each) in "
+        'each list. "propositions": intermediate results you re-checked and found right, '
+        'numbers included, each with how it follows. "pitfalls": a wrong step one of the '
+        "attempts actually took, naming the step and why it fails. Each line must stand alone: "
+        "name the quantities, not the attempts. Leave a list empty when there is nothing sure "
+        "to add."
+    )
+    user = f"Problem:\n{problem.strip()}\n\n{shown}\n\n{ask}"
+    return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
+
+
 #: Characters per field of a distilled item. Why: constrained decoding enforces them, so a
 #: small distiller cannot write at length (measured: ~900 tokens per reply without bounds,
 #: several times the rollout it distils).

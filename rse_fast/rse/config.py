@@ -38,6 +38,10 @@ class RSEConfig:
         distill_sees_votes: show the distiller how the round's answers split (its own
             samples, never a gold answer); the round's distillations then start once all its
             rollouts are in.
+        distill_mode: ``each`` (one distillation per rollout, started as it lands) or
+            ``batch`` (one per round, over one rollout per distinct answer, at most
+            ``distill_batch`` of them, each clipped to ``attempt_batch_tokens``: the
+            disagreement itself shows where a step went wrong; its items need no support).
         distill_retries: an unparseable distillation is asked again this many times, each
             with a new seed (every try is booked in the ledger).
         distill_model: model name for distillation (default: the policy model); with
@@ -92,6 +96,9 @@ class RSEConfig:
     distill_format: Literal["compact", "structured"] = "compact"
     distill_final_round: bool = False
     distill_sees_votes: bool = False
+    distill_mode: Literal["each", "batch"] = "each"
+    distill_batch: int = 3
+    attempt_batch_tokens: int = 300
     distill_retries: int = 2
     distill_model: str | None = None
     distill_extra: Mapping[str, Any] | None = None
@@ -135,6 +142,7 @@ class RSEConfig:
             "distill_format": ("compact", "structured"),
             "guidance": ("short", "rules"),
             "settle_spend": ("sample", "stop"),
+            "distill_mode": ("each", "batch"),
         }
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
@@ -162,6 +170,8 @@ class RSEConfig:
 
     def shown_support(self, k: int) -> int:
         """The support an experience needs to reach the prompt after a round of ``k``."""
+        if self.distill_mode == "batch":  # one call compared the round's rollouts already
+            return 1
         return self.min_support_shown if k >= self.min_support_from_k else 1
 
     def k_for_round(self, r: int) -> int:

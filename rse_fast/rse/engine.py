@@ -24,7 +24,13 @@ from rse_fast.encoder import Encoder
 from rse_fast.errors import LLMError, RoundFailedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.types import Message
-from rse_fast.prompts import answer_split, distill_messages, distill_schema, solve_messages
+from rse_fast.prompts import (
+    answer_split,
+    distill_batch_messages,
+    distill_messages,
+    distill_schema,
+    solve_messages,
+)
 from rse_fast.rse.bank import Decision, Experience, ExperienceBank
 from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
@@ -212,9 +218,12 @@ class RSE:
         block: str,
         *,
         distil: bool = True,
+        first_index: int | None = None,
     ) -> tuple[RoundResult, str]:
         """Round r with prompt block ``block``; returns its result and the next round's block.
-        ``distil=False``: rollouts only (the bank is not grown)."""
+        ``distil=False``: rollouts only (the bank is not grown). ``first_index``: the run's
+        sample index of this round's first rollout (seeds follow it; default: the rollouts
+        of rounds 1..r-1 as configured)."""
         cfg = self.config
         k = cfg.k_for_round(r)
         t0 = time.perf_counter()
@@ -238,15 +247,23 @@ class RSE:
                     )
                 )
 
-        split = RoundSplit(k) if distil and cfg.distill_sees_votes else None
+        per_rollout = distil and cfg.distill_mode == "each"
+        split = RoundSplit(k) if per_rollout and cfg.distill_sees_votes else None
+        first = (
+            first_index if first_index is not None else sum(cfg.k_for_round(q) for q in range(1, r))
+        )
         outcomes = await asyncio.gather(
             *(
                 self._rollout_and_distill(
-                    problem, messages, r, i, gold, counters, report, distil, split
+                    problem, messages, r, i, gold, counters, report, per_rollout, split, first
                 )
                 for i in range(k)
             )
         )
+        if distil and cfg.distill_mode == "batch":
+            await self._distill_batch(problem, r, outcomes, first)
+            counters["distills"] = k
+            report()
         failed = sum(o.record.error is not None for o in outcomes)
         if failed == k:
             raise RoundFailedError(
@@ -315,10 +332,11 @@ class RSE:
         report: Callable[[], None],
         distil: bool = True,
         split: RoundSplit | None = None,
+        first: int = 0,
     ) -> _Outcome:
         cfg = self.config
         rec = RolloutRecord(index=i)
-        seed = None if cfg.seed is None else cfg.seed + 1000 * (r - 1) + i
+        seed = None if cfg.seed is None else cfg.seed + first + i
         try:
             res = await self.client.chat(
                 messages,
@@ -382,6 +400,97 @@ class RSE:
         rec.embedded_early = sum(1 for c in cands if c.text in early)
         report()
         return _Outcome(rec, cands, vectors, returned, time.perf_counter())
+
+    async def _distill_batch(
+        self, problem: str, r: int, outcomes: list[_Outcome], first: int
+    ) -> None:
+        """One distillation for the whole round: one rollout per distinct answer (largest
+        groups first, at most ``distill_batch``), shown side by side with how the answers
+        split, so the distiller compares where they part. Its statements are filed under the
+        first rollout it read."""
+        cfg = self.config
+        done = [o for o in outcomes if o.record.error is None]
+        groups: list[tuple[str | None, list[_Outcome]]] = []
+        for o in done:
+            for answer, members in groups:
+                if await off_loop(answers_equivalent, o.record.answer, answer):
+                    members.append(o)
+                    break
+            else:
+                groups.append((o.record.answer, [o]))
+        groups.sort(key=lambda g: -len(g[1]))
+        chosen = [members[0] for _, members in groups[: cfg.distill_batch]]
+        if not chosen:
+            return
+        client = (
+            self.distill_client.with_ledger(self.client.ledger)
+            if self.distill_client
+            else self.client
+        )
+        attempts = [
+            (
+                clip_tokens(o.record.text, cfg.attempt_batch_tokens, client.count_tokens),
+                o.record.answer,
+                len(members),
+            )
+            for o, (_, members) in zip(chosen, groups, strict=False)
+        ]
+        messages = distill_batch_messages(
+            problem, attempts, len(done), cfg.max_experiences_per_rollout,
+            cfg.max_words_per_experience,
+        )  # fmt: skip
+        longest = max(self.client.count_tokens(o.record.text) for o in chosen)
+        params: dict[str, Any] = dict(
+            role="distill",
+            task=f"round{r}",
+            temperature=cfg.distill_temperature,
+            max_tokens=cfg.distill_tokens(longest),
+            model=cfg.distill_model,
+            extra=dict(cfg.distill_extra) if cfg.distill_extra else None,
+        )
+        schema = (
+            distill_schema(cfg.max_experiences_per_rollout, cfg.distill_format)
+            if cfg.use_json_schema
+            else None
+        )
+        lead = chosen[0]
+        parsed = None
+        for attempt in range(cfg.distill_retries + 1):
+            lead.record.distill_tries += 1
+            if cfg.seed is not None:
+                params["seed"] = cfg.seed + first + 7919 * (attempt + 1)
+            try:
+                reply = await (
+                    client.chat_json(messages, schema, **params)
+                    if schema is not None
+                    else client.chat(messages, **params)
+                )
+            except LLMError:
+                lead.record.distill = "failed"
+                return
+            parsed = parse_distillation(
+                reply.text,
+                cfg.max_experiences_per_rollout,
+                cfg.max_chars_per_experience,
+                problem if cfg.drop_echoes else None,
+            )
+            if parsed is not None:
+                break
+        if parsed is None:
+            lead.record.distill = "unparseable"
+            return
+        rec = lead.record
+        rec.distill, rec.echoes = "ok", parsed.echoes
+        rec.positive = parsed.positive if cfg.use_positive else []
+        rec.negative = parsed.negative if cfg.use_negative else []
+        lead.candidates = [
+            Experience(text=t, kind=kind, round=r, rollout=rec.index, position=p)
+            for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
+            for p, t in enumerate(texts)
+        ]
+        if lead.candidates:
+            lead.vectors = await self.encoder.aencode([c.text for c in lead.candidates])
+        lead.returned_at = lead.encoded_at = time.perf_counter()
 
     async def _vectors(
         self, texts: list[str], early: dict[str, asyncio.Future[np.ndarray]]

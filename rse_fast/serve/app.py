@@ -23,6 +23,7 @@ from aiohttp import web
 
 from rse_fast.errors import LLMError, RoundFailedError, ServiceError
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.transport import Timeouts
 from rse_fast.serve.auth import Gate, keys_from
 from rse_fast.serve.body import parse_body
 from rse_fast.serve.errors import error_response, failure, timed_out
@@ -46,6 +47,8 @@ class ServeConfig:
     #: requests in flight over every bucket (each worker process holds its share)
     max_concurrency: int = 256
     request_timeout_s: float = 600.0
+    #: seconds of upstream silence within a stream before it is ended with an error event
+    stream_idle_s: float = 60.0
     upstream_api_key: str | None = None
     upstream_concurrency: int = 256
     caps: Caps = field(default_factory=Caps)
@@ -67,6 +70,7 @@ class Service:
             "default",
             api_key=config.upstream_api_key,
             max_concurrency=config.upstream_concurrency,
+            timeouts=Timeouts(total_s=config.request_timeout_s, stream_idle_s=config.stream_idle_s),
         )
         self.gate = Gate(config.api_keys, config.per_key_concurrency, config.max_concurrency)
         self.passthrough = PassThrough(self.client, self.metrics)

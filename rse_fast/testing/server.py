@@ -20,6 +20,8 @@ import contextlib
 import json
 import random
 import re
+import socket
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +30,18 @@ from typing import Any, Literal
 from aiohttp import web
 
 FaultKind = Literal[
-    "status", "slow", "truncate", "malformed", "reset", "drop_stream", "ignore_n", "no_usage"
+    "status",
+    "slow",
+    "truncate",
+    "malformed",
+    "reset",
+    "drop_stream",
+    "ignore_n",
+    "no_usage",
+    "rst_stream",
+    "close_stream",
+    "stall_stream",
+    "json_for_stream",
 ]
 
 
@@ -102,7 +115,12 @@ class Fault:
     delay_s: float = 0.0
     message: str | None = None
     param: str | None = None
-    after_chunks: int = 2  # drop_stream: chunks sent before the connection is cut
+    #: stream faults: chunks sent before the stream breaks. ``drop_stream`` aborts the
+    #: connection; ``rst_stream`` resets it (TCP RST: SO_LINGER 0); ``close_stream`` ends the
+    #: response cleanly before ``[DONE]``; ``stall_stream`` stops sending, connection open.
+    #: ``json_for_stream`` answers a streamed request with one JSON body (as some gateways do).
+    after_chunks: int = 2
+    stall_s: float = 3600.0
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
@@ -305,7 +323,7 @@ class ScriptedServer:
         if self.ignore_n or (fault is not None and fault.kind == "ignore_n"):
             n = 1
         replies = [self.reply_for(body, k) for k in range(n)]
-        if body.get("stream"):
+        if body.get("stream") and not (fault is not None and fault.kind == "json_for_stream"):
             if self.stream_tokens_per_s:  # what the stream's pacing will add, for benchmarks
                 self.delays[slot] += replies[0].tokens / self.stream_tokens_per_s
             return await self._stream(request, body, replies[0], fault)
@@ -379,10 +397,10 @@ class ScriptedServer:
                 "model": model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
-            if fault is not None and fault.kind == "drop_stream" and sent >= fault.after_chunks:
-                if request.transport is not None:
-                    request.transport.abort()
-                raise ConnectionResetError("scripted drop mid-stream")
+            breaks = ("drop_stream", "rst_stream", "close_stream", "stall_stream")
+            if fault is not None and fault.kind in breaks and sent >= fault.after_chunks:
+                await break_stream(request, resp, fault)
+                raise ConnectionResetError(f"scripted {fault.kind} mid-stream")
             await resp.write(f"data: {json.dumps(data)}\n\n".encode())
             sent += 1
             if gap and "role" not in delta and finish is None:
@@ -428,6 +446,22 @@ class ScriptedServer:
         if self.close_after_stream and request.transport is not None:
             request.transport.close()
         return resp
+
+
+async def break_stream(request: web.Request, resp: web.StreamResponse, fault: Fault) -> None:
+    """End a stream the way ``fault`` says (the caller then stops writing)."""
+    transport = request.transport
+    if fault.kind == "close_stream":
+        await resp.write_eof()  # a clean end of the HTTP response, without [DONE]
+    elif fault.kind == "stall_stream":
+        await asyncio.sleep(fault.stall_s)
+    elif fault.kind == "rst_stream" and transport is not None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # SO_LINGER with a zero timeout: close() sends RST, not FIN
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    elif transport is not None:
+        transport.abort()
 
 
 async def _serve_forever(port: int, latency: float, tokens_per_s: float | None) -> None:

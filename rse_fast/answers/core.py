@@ -1,29 +1,28 @@
 """Final-answer extraction, normalisation, equivalence and majority vote.
 
-``math-verify`` decides equivalence of differently written answers when it is installed; its
-own timeouts use signals (main thread only), so they are disabled and we time it out ourselves.
+``math-verify`` decides equivalence of differently written answers when it is installed. It
+runs in killable worker processes (``checker``): its own timeouts use signals (main thread
+only), and a thread cannot be stopped once a symbolic check runs away.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import logging
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from rse_fast.answers.checker import POOL, Verdict
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_LINE = re.compile(
     r"^\s*\**\s*(?:final\s+answer|answer)\s*(?:is)?\s*\**\s*[:：]\s*\**\s*(.+?)\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
-_MV_POOL = ThreadPoolExecutor(2, thread_name_prefix="math-verify")
 #: Where async code runs equivalence checks and votes: bounded, and off the event loop (a
-#: math-verify check can take up to its timeout).
+#: check can wait up to its timeout for a worker process; the thread holds no GIL meanwhile).
 _ANSWER_POOL = ThreadPoolExecutor(2, thread_name_prefix="answers")
 T = TypeVar("T")
 
@@ -80,37 +79,32 @@ def normalize_answer(answer: str | None) -> str | None:
     return s or None
 
 
-@functools.lru_cache(maxsize=4096)
-def _math_verify_equal(a: str, b: str) -> bool:
-    try:
-        from math_verify import parse, verify
-    except ImportError:
-        return False
-    logging.getLogger("math_verify").setLevel(logging.ERROR)  # we time it out ourselves
-    try:
-        ga = parse(f"${a}$", parsing_timeout=None)
-        gb = parse(f"${b}$", parsing_timeout=None)
-        return bool(ga and gb and verify(ga, gb, timeout_seconds=None))
-    except Exception:
-        return False
-
-
-def answers_equivalent(a: str | None, b: str | None, timeout_s: float = 2.0) -> bool:
-    """Same normalised string, same number, or math-verify says equal (within ``timeout_s``)."""
+def check_equivalence(a: str | None, b: str | None, timeout_s: float | None = None) -> Verdict:
+    """EQUAL for the same normalised string or number, else math-verify's verdict in a worker
+    process within ``timeout_s``: UNDECIDED when it overran (the worker is killed) or the
+    guard refused the expressions (counted in ``checker_stats``)."""
     na, nb = normalize_answer(a), normalize_answer(b)
     if na is None or nb is None:
-        return False
+        return Verdict.DIFFERENT
     if na == nb:
-        return True
+        return Verdict.EQUAL
     try:
-        return abs(float(na) - float(nb)) <= 1e-9 * max(1.0, abs(float(na)))
-    except ValueError:
+        same = abs(float(na) - float(nb)) <= 1e-9 * max(1.0, abs(float(na)))
+        return Verdict.EQUAL if same else Verdict.DIFFERENT
+    except (ValueError, OverflowError):
         pass
-    future = _MV_POOL.submit(_math_verify_equal, na, nb)
-    try:
-        return future.result(timeout=timeout_s)
-    except FutureTimeout:
-        return False
+    return POOL.check(na, nb, timeout_s)
+
+
+def answers_equivalent(a: str | None, b: str | None, timeout_s: float | None = None) -> bool:
+    """Whether two answers are the same (``check_equivalence`` is EQUAL); an undecided check
+    clusters apart, and is counted in ``checker_stats``."""
+    return check_equivalence(a, b, timeout_s) is Verdict.EQUAL
+
+
+def checker_stats() -> dict[str, int]:
+    """Symbolic checks so far in this process: checks, undecided, refused, killed."""
+    return POOL.stats.as_dict()
 
 
 @dataclass
