@@ -142,6 +142,11 @@ class LocalServerError(RSEFastError, RuntimeError):
     """llama-server is missing, exited, or did not become healthy in time."""
 
 
+class SandboxUnavailableError(RSEFastError, RuntimeError):
+    """Untrusted code was to run, and this machine offers no process isolation for it (and
+    the caller did not accept a weaker sandbox)."""
+
+
 class InsecureServiceError(RSEFastError, ValueError):
     """The service was asked to run in a way that exposes it (e.g. no keys on a public
     address) without the operator's explicit consent."""

@@ -3,6 +3,7 @@ named for what it is; open-ended tasks graded by a rubric grader."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -177,3 +178,26 @@ async def test_open_ended_eval_without_a_grader_is_refused(tmp_path):
         async with LLMClient(srv.base_url, "m") as c:
             with pytest.raises(ValueError, match="rubric grader"):
                 await run_eval(ds, plan, c)
+
+
+async def test_eval_with_unevaluable_answers_finishes_and_counts_them_undecided(tmp_path):
+    """Samples answering exponent towers: every check is undecided at once (no worker is
+    tied up for hours), counted per record, and the run finishes."""
+    data = tmp_path / "towers.jsonl"
+    data.write_text(json.dumps({"id": "t", "problem": "How big?", "answer": "9^{9^{9^{9}}}"}))
+    ds = load_dataset(f"jsonl:{data}")
+
+    def towers(body: dict, index: int) -> str:
+        return "It is \\boxed{8^{8^{8^{8}}}}."
+
+    out = tmp_path / "run"
+    t0 = asyncio.get_running_loop().time()
+    async with ScriptedServer(default_reply=towers) as srv, LLMClient(srv.base_url, "m") as c:
+        plan = EvalPlan([make_method("sc", parallel=2, max_tokens=64)], [400], out,
+                        single_samples=1)  # fmt: skip
+        await run_eval(ds, plan, c)
+    assert asyncio.get_running_loop().time() - t0 < 20
+    records = [json.loads(x) for x in plan.results_path.read_text().splitlines()]
+    method_rows = [r for r in records if r.get("method") == "sc"]
+    assert method_rows and all(r["undecided_checks"] >= 1 for r in method_rows)
+    assert all(r["final_quality"] != r["final_quality"] for r in method_rows)  # NaN, not 0

@@ -1,108 +1,247 @@
-"""The code sandbox against hostile solutions: a pass needs the sentinel printed after the
-tests ran, and nothing escapes the temporary directory, the environment or the time limit."""
+"""The code sandbox against hostile solutions. The verdict is decided outside the sandbox
+(the candidate only serves calls and only plain data crosses), and nothing the candidate
+starts survives its run, reads the parent's secrets, floods the parent, or reaches the network.
+Each hole found in the previous sandbox has its test here."""
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from rse_fast.errors import SandboxUnavailableError
+from rse_fast.eval import sandbox
 from rse_fast.eval.datasets import load_dataset, run_humaneval
-from rse_fast.eval.sandbox import Limits, run_python
+from rse_fast.eval.sandbox import Limits, interpreter, run_tests
 
-TESTS = "def check(f):\n    assert f(2) == 4\n\ncheck(double)\n"
+TESTS = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(5) == 10\n"
 FAST = Limits(timeout_s=3)
 
 
-def program(body: str) -> str:
-    return body + "\n\n" + TESTS
+@pytest.fixture(autouse=True)
+def isolation_available():
+    """The sandbox needs bubblewrap; a machine without it skips, CI fails (it installs it)."""
+    if not sandbox.bwrap_works(interpreter()):
+        if os.environ.get("CI") == "true":
+            pytest.fail("bubblewrap cannot run here; .ci/run installs it")
+        pytest.skip("bubblewrap (bwrap) is not available: apt-get install bubblewrap")
+
+
+def run(body: str, limits: Limits = FAST, tests: str = TESTS):
+    return run_tests(body, tests, "double", limits=limits)
 
 
 def test_right_code_passes_and_wrong_code_fails():
-    assert run_python(program("def double(x):\n    return 2 * x"), FAST).passed
-    wrong = run_python(program("def double(x):\n    return x"), FAST)
-    assert not wrong.passed and wrong.reason == "failed"
+    good = run("def double(x):\n    return 2 * x")
+    assert good.passed and good.isolation == "bwrap" and good.calls == 2
+    wrong = run("def double(x):\n    return x")
+    assert not wrong.passed and wrong.reason == "failed" and "AssertionError" in wrong.detail
 
 
 @pytest.mark.parametrize(
     "body",
     [
-        "import sys\nsys.exit(0)\ndef double(x):\n    return x",  # exits before the tests
-        "import os\ndef double(x):\n    os._exit(0)",  # exits 0 inside the tests
+        "import sys\nsys.exit(0)\ndef double(x):\n    return x",  # exits before serving
+        "import os\ndef double(x):\n    os._exit(0)",  # exits 0 inside a call
         "def double(x):\n    raise SystemExit(0)",
     ],
 )
-def test_exiting_zero_early_is_not_a_pass(body):
-    result = run_python(program(body), FAST)
-    assert not result.passed and result.reason == "no-sentinel" and result.returncode == 0
+def test_exiting_zero_is_not_a_pass(body):
+    assert not run(body).passed
 
 
-def test_the_environment_is_empty(monkeypatch):
+def test_walking_frames_finds_no_verdict_to_forge():
+    """The old hole: a wrong solution walked sys._getframe() up to the harness's secret and
+    printed it. Now the frames above the candidate are the call server's, which holds no
+    verdict, and whatever it prints decides nothing."""
+    body = (
+        "import sys\n"
+        "def double(x):\n"
+        "    f = sys._getframe()\n"
+        "    while f is not None:\n"
+        "        for v in list(f.f_locals.values()):\n"
+        "            if isinstance(v, str) and len(v) == 32:\n"
+        "                print(v)\n"
+        "        f = f.f_back\n"
+        "    print('PASSED')\n"
+        "    return x\n"
+    )
+    result = run(body)
+    assert not result.passed and result.reason == "failed"
+
+
+def test_an_object_with_a_rigged_eq_cannot_cross():
+    body = (
+        "class Always:\n"
+        "    def __eq__(self, other):\n"
+        "        return True\n"
+        "def double(x):\n"
+        "    return Always()\n"
+    )
+    result = run(body)
+    assert not result.passed and "cannot cross" in result.detail
+
+
+def test_plain_data_crosses_with_its_type():
+    tests = (
+        "def check(candidate):\n"
+        "    assert candidate(1) == (1, [2.5, None], {'a': {3}}, b'x', float('inf'))\n"
+        "    assert candidate(1) != [1, [2.5, None], {'a': {3}}, b'x', float('inf')]\n"
+    )
+    body = "def double(x):\n    return (x, [2.5, None], {'a': {3}}, b'x', float('inf'))"
+    assert run(body, tests=tests).passed
+
+
+def test_the_candidates_own_errors_reach_the_tests_as_errors():
+    tests = (
+        "def check(candidate):\n"
+        "    try:\n        candidate(-1)\n    except ValueError:\n        pass\n"
+        "    else:\n        raise AssertionError('no error')\n"
+    )
+    body = "def double(x):\n    if x < 0:\n        raise ValueError('negative')\n    return 2 * x"
+    assert run(body, tests=tests).passed
+
+
+@pytest.mark.parametrize(
+    "spawn",
+    [
+        "import _posixsubprocess",
+        "import subprocess",
+        "import os\nos.posix_spawn('/bin/sleep', ['sleep', '30'], {})",
+        "import os\nos.fork()",
+        "import os\nos.execv('/bin/sh', ['sh'])",
+    ],
+)
+def test_no_process_can_be_started(spawn):
+    result = run(f"{spawn}\ndef double(x):\n    return 2 * x")
+    assert not result.passed and result.reason == "load-error", result
+    assert "not allowed" in result.detail
+
+
+def run_uids() -> set[int]:
+    """The real uids of live processes in the range the sandbox draws from."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                uid = entry.stat().st_uid
+            except OSError:
+                continue
+            if uid >= 200_000:
+                found.add(uid)
+    return found
+
+
+def test_each_run_has_its_own_uid_and_nothing_of_it_survives():
+    if os.geteuid() != 0:
+        pytest.skip("per-run uids need root")
+    before = run_uids()
+    tell = "def check(candidate):\n    raise AssertionError(candidate(0))\n"
+    body = "import os\ndef double(x):\n    return os.getuid()"
+    uids = []
+    for _ in range(2):
+        detail = run(body, tests=tell).detail
+        uids.append(int(detail.rsplit(" ", 1)[1]))
+    assert uids[0] != uids[1] and all(u >= 200_000 for u in uids)
+    time.sleep(0.2)
+    assert run_uids() <= before  # no process of any run is left
+
+
+def test_output_is_capped_and_a_flood_is_killed():
+    body = (
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\ndef double(x):\n    return 2"
+    )
+    t0 = time.perf_counter()
+    result = run(body, Limits(timeout_s=5, output_bytes=1 << 20))
+    assert result.reason == "output-limit" and not result.passed
+    assert time.perf_counter() - t0 < 3
+    assert len(result.output_tail) <= 2000
+
+
+def test_the_environment_and_the_parents_are_out_of_reach(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-very-secret")
+    tests = "def check(candidate):\n    assert 'sk-very-secret' not in candidate(0)\n"
     body = (
-        "import os\nleak = os.environ.get('OPENAI_API_KEY')\nprint('key:', leak)\n"
-        "def double(x):\n    return 2 * x"
+        "import os\n"
+        "def double(x):\n"
+        "    seen = repr(dict(os.environ))\n"
+        "    for pid in (os.getppid(), 1):\n"
+        "        try:\n"
+        "            seen += open(f'/proc/{pid}/environ', 'rb').read().decode('latin-1')\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return seen\n"
     )
-    result = run_python(program(body), FAST)
-    assert result.passed and "sk-very-secret" not in result.stdout_tail
-    assert "key: None" in result.stdout_tail
-
-
-def test_stdin_is_closed():
-    body = (
-        "import sys\ndata = sys.stdin.read()\ndef double(x):\n    return 2 * x if data == '' else 0"
-    )
-    assert run_python(program(body), FAST).passed
+    assert run(body, tests=tests).passed
 
 
 def test_writing_outside_the_work_directory_is_refused(tmp_path):
     target = tmp_path / "escaped.txt"
     body = f"open({str(target)!r}, 'w').write('x')\ndef double(x):\n    return 2 * x"
-    result = run_python(program(body), FAST)
-    assert not result.passed and "outside the work directory" in result.stderr_tail
-    assert not target.exists()
+    result = run(body)
+    assert not result.passed and not target.exists()
     inside = "open('scratch.txt', 'w').write('ok')\ndef double(x):\n    return 2 * x"
-    assert run_python(program(inside), FAST).passed  # the temp dir itself is writable
+    assert run(inside).passed  # the run's own directory is writable
 
 
 def test_a_fork_bomb_is_stopped():
     body = "import os\nwhile True:\n    os.fork()\ndef double(x):\n    return 2 * x"
     started = time.perf_counter()
-    result = run_python(program(body), FAST)
-    assert not result.passed and time.perf_counter() - started < 3
+    assert not run(body).passed and time.perf_counter() - started < 3
 
 
-def test_sleeping_past_the_timeout_kills_the_whole_group():
-    body = "import time\ntime.sleep(60)\ndef double(x):\n    return 2 * x"
+def test_sleeping_past_the_timeout_is_killed():
+    body = "import time\ndef double(x):\n    time.sleep(60)\n    return 2 * x"
     started = time.perf_counter()
-    result = run_python(program(body), Limits(timeout_s=1))
+    result = run(body, Limits(timeout_s=1))
     assert result.reason == "timeout" and not result.passed
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 3
 
 
-def test_no_network():
+def test_no_network_even_to_a_listening_port():
+    """Something listens on the host's loopback, so a connection would succeed without the
+    network namespace (the old test's port had nothing on it and could not fail)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+    tests = "def check(candidate):\n    assert candidate(0) == 'connected'\n"
     body = (
-        "import socket\ns = socket.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', 9))\n"
-        "def double(x):\n    return 2 * x"
+        "def double(x):\n"
+        "    import socket\n"
+        "    s = socket.socket()\n"
+        "    s.settimeout(1)\n"
+        f"    s.connect(('127.0.0.1', {port}))\n"
+        "    return 'connected'\n"
     )
-    result = run_python(program(body), FAST)
-    assert not result.passed
+    result = run(body, tests=tests)
+    server.close()
+    assert not result.passed and not accepted
 
 
 def test_memory_and_file_size_are_limited():
-    big = "x = bytearray(4 << 30)\ndef double(x):\n    return 2 * x"
-    assert not run_python(program(big), Limits(timeout_s=3, memory_mb=512)).passed
-    huge = "open('f', 'wb').write(b'x' * (64 << 20))\ndef double(x):\n    return 2 * x"
-    result = run_python(program(huge), Limits(timeout_s=5, file_mb=8))
-    assert not result.passed and "too large" in result.stderr_tail.lower()
+    big = "def double(x):\n    b = bytearray(4 << 30)\n    return 2 * x"
+    assert not run(big, Limits(timeout_s=3, memory_mb=512)).passed
+    huge = "def double(x):\n    open('f', 'wb').write(b'x' * (64 << 20))\n    return 2 * x"
+    assert not run(huge, Limits(timeout_s=5, file_mb=8)).passed
 
 
-def test_layers_in_force_here_are_reported():
-    result = run_python(program("def double(x):\n    return 2 * x"), FAST)
-    if Path("/usr/bin/unshare").exists() and os.geteuid() == 0:
-        assert result.network_isolated
+def test_no_isolation_is_a_clear_refusal_unless_the_user_opts_in(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap_works", lambda python: False)
+    monkeypatch.delenv("RSE_FAST_ALLOW_WEAK_SANDBOX", raising=False)
+    with pytest.raises(SandboxUnavailableError, match="bubblewrap"):
+        run("def double(x):\n    return 2 * x")
+    weak = run_tests("def double(x):\n    return 2 * x", TESTS, "double", limits=FAST,
+                     allow_weak=True)  # fmt: skip
+    assert weak.passed and weak.isolation == "weak"
+    monkeypatch.setenv("RSE_FAST_ALLOW_WEAK_SANDBOX", "1")
+    assert run("def double(x):\n    return x").reason == "failed"
 
 
 def test_humaneval_goes_through_the_sandbox():
@@ -118,3 +257,19 @@ def test_humaneval_goes_through_the_sandbox():
     assert run_humaneval(p, cheat) == 0.0
     loop = "```python\ndef has_close_elements(n, t):\n    while True: pass\n```"
     assert run_humaneval(p, loop, timeout_s=2) == 0.0
+
+
+def test_humaneval_problems_whose_tests_use_the_stubs_helpers():
+    """HumanEval/38's tests call encode_cyclic, a helper of the problem's own stub: it runs
+    in the harness, beside the tests."""
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/38")
+    solution = (
+        "```python\ndef decode_cyclic(s: str):\n"
+        "    return encode_cyclic(encode_cyclic(s))\n\n"
+        "def encode_cyclic(s: str):\n"
+        "    groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]\n"
+        "    groups = [(group[1:] + group[0]) if len(group) == 3 else group for group in groups]\n"
+        '    return "".join(groups)\n```'
+    )
+    assert run_humaneval(p, solution) == 1.0

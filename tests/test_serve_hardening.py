@@ -250,3 +250,31 @@ async def test_global_cap_refuses_before_the_body_is_read():
                 statuses = await asyncio.gather(*(call(str(i)) for i in range(5)))
     assert sorted(statuses) == [200, 200, 429, 429, 429]
     assert len(up.requests) == 2
+
+
+async def test_rse_against_a_server_that_ignores_stream_still_builds_its_bank():
+    """A gateway that answers streamed requests with one JSON body: the streamed
+    distillations are read as whole replies, so the bank is not silently empty; a reply
+    that does not parse is counted as unparseable in progress."""
+    from rse_fast.encoder import Encoder
+    from rse_fast.rse.config import RSEConfig
+    from rse_fast.rse.engine import RSE
+
+    from fakes.scripted_model import MECHANISM, PROBLEM, reply
+
+    seen = []
+    json_always = lambda i, body: Fault("json_for_stream")  # noqa: E731
+    async with ScriptedServer(default_reply=reply, faults=json_always) as up:
+        client = LLMClient(up.base_url, "m", retry=FAST)
+        cfg = RSEConfig(rounds=1, k=2, **MECHANISM)
+        async with client:
+            result = await RSE(client, Encoder(), cfg, progress=seen.append).solve(PROBLEM)
+    assert any(b.get("stream") for b in up.requests)  # distillation asked for a stream
+    assert result.bank_sizes["negative"] == 1 and result.rounds[0].unparseable == 0
+
+    async with ScriptedServer(default_reply=lambda b, i: "no json at all") as up:
+        client = LLMClient(up.base_url, "m", retry=FAST)
+        cfg = RSEConfig(rounds=1, k=2, distill_retries=0, **MECHANISM)
+        async with client:
+            result = await RSE(client, Encoder(), cfg, progress=seen.append).solve(PROBLEM)
+    assert result.rounds[0].unparseable == 2 and seen[-1].unparseable == 2

@@ -16,6 +16,7 @@ import logging
 import multiprocessing
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -29,6 +30,7 @@ MAX_TOWER = 1
 #: Digits of a literal exponent beyond which a power is undecided (10^{1000} is not worth it).
 MAX_EXPONENT_DIGITS = 4
 _POWER = re.compile(r"\^\s*\{?\s*(-?\d+)")
+_UNBRACED_CHAIN = re.compile(r"(?:\^\s*[\w.]+\s*)+")
 _DEFAULT_TIMEOUT_S = 2.0
 
 
@@ -56,8 +58,9 @@ def tower_depth(text: str) -> int:
                 i = j + 1
                 continue
             best = max(best, depth + 1)
-            if j < len(text) and text[j] == "^":  # a^b^c: a tower without braces
-                best = max(best, depth + 2)
+            chain = _UNBRACED_CHAIN.match(text, i)  # a^b^c: a tower without braces
+            if chain is not None:
+                best = max(best, depth + chain.group(0).count("^"))
         elif ch == "{":
             stack.append(False)
         elif ch == "}" and stack and stack.pop():
@@ -139,6 +142,8 @@ class CheckerPool:
 
     size: int = 2
     timeout_s: float = _DEFAULT_TIMEOUT_S
+    #: what a worker process runs (importable by name: workers are spawned)
+    target: Callable[[Connection], None] = serve_checks
     stats: CheckerStats = field(default_factory=CheckerStats)
     _idle: list[_Worker] = field(default_factory=list)
     _started: int = 0
@@ -148,7 +153,7 @@ class CheckerPool:
     def _spawn(self) -> _Worker:
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = ctx.Pipe()
-        proc = ctx.Process(target=serve_checks, args=(theirs,), daemon=True, name="answer-check")
+        proc = ctx.Process(target=self.target, args=(theirs,), daemon=True, name="answer-check")
         proc.start()
         theirs.close()
         return _Worker(proc, mine)

@@ -43,7 +43,8 @@ class ProgressDisplay:
             if p.round_done:
                 self.stream.write(
                     f"round {p.round}/{p.rounds}: rollouts {p.rollouts_done}/{p.k}, distilled "
-                    f"{p.distills_done}/{p.k}, failed {p.failures} | bank: "
+                    f"{p.distills_done}/{p.k} (unparseable {p.unparseable}), failed "
+                    f"{p.failures} | bank: "
                     f"{bank_words(p.bank_sizes)} | {info}\n"
                 )
             return
@@ -51,7 +52,8 @@ class ProgressDisplay:
         self._bars.update(rollouts, completed=p.rollouts_done + p.failures,
                           info=f"failed {p.failures} · {info}")  # fmt: skip
         self._bars.update(distills, completed=p.distills_done,
-                          info=f"bank: {bank_words(p.bank_sizes)}")  # fmt: skip
+                          info=f"unparseable {p.unparseable} · bank: "
+                               f"{bank_words(p.bank_sizes)}")  # fmt: skip
 
     def _new_round(self, p: Progress) -> None:
         if self._bars is None:

@@ -15,15 +15,16 @@ from __future__ import annotations
 import gzip
 import importlib.resources
 import json
+import math
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rse_fast.answers import answers_equivalent, extract_answer
+from rse_fast.answers import Verdict, check_equivalence, extract_answer
 from rse_fast.eval.grading import Criterion
-from rse_fast.eval.sandbox import Limits, run_python
+from rse_fast.eval.sandbox import Limits, run_tests
 from rse_fast.methods.base import Problem
 
 Kind = Literal["verifiable", "code", "rubric"]
@@ -36,15 +37,18 @@ class Dataset:
     problems: list[Problem]
 
     def grade(self, problem: Problem, text: str) -> float:
-        """True quality of a response for verifiable and code tasks (1.0 or 0.0). Rubric tasks
-        are graded by a judge (``eval.runner``), not here."""
+        """True quality of a response for verifiable and code tasks (1.0 or 0.0; NaN when the
+        answer check was undecided: it overran its timeout or could not be evaluated, and
+        every aggregate then skips and counts it). Rubric tasks are graded by a judge
+        (``eval.runner``), not here."""
         if self.kind == "verifiable":
             scorer = problem.meta.get("scorer")
             if scorer is not None:
                 return float(
                     scorer(extract_answer(text) or (text.strip().splitlines() or [""])[-1])
                 )
-            return float(answers_equivalent(extract_answer(text), problem.gold))
+            verdict = check_equivalence(extract_answer(text), problem.gold)
+            return {Verdict.EQUAL: 1.0, Verdict.DIFFERENT: 0.0}.get(verdict, math.nan)
         if self.kind == "code":
             return run_humaneval(problem, text)
         raise ValueError(f"{self.name}: rubric tasks are graded by a judge")
@@ -246,17 +250,24 @@ def load_dataset(spec: str, limit: int | None = None, seed: int = 0) -> Dataset:
 _CODE = re.compile(r"```(?:python)?\s*\n(.*?)```", re.DOTALL)
 
 
-def humaneval_program(problem: Problem, text: str) -> str:
-    """The response's code (its last code block, the stub prepended if the function is
-    missing), then the problem's tests and the call that runs them."""
+def humaneval_code(problem: Problem, text: str) -> str:
+    """The response's code: its last code block, the stub prepended if the function is
+    missing."""
     blocks = _CODE.findall(text)
     code = blocks[-1] if blocks else text
     if f"def {problem.meta['entry_point']}" not in code:
         code = problem.meta["stub"] + code
-    return f"{code}\n\n{problem.meta['test']}\n\ncheck({problem.meta['entry_point']})\n"
+    return code
 
 
 def run_humaneval(problem: Problem, text: str, timeout_s: float = 10.0) -> float:
-    """1.0 if the response's code passes the problem's tests in the sandbox."""
-    result = run_python(humaneval_program(problem, text), Limits(timeout_s=timeout_s))
+    """1.0 if the response's code passes the problem's tests: the code serves calls from the
+    sandbox, the tests (with the problem's own helpers, from its stub) run here."""
+    result = run_tests(
+        humaneval_code(problem, text),
+        problem.meta["test"],
+        problem.meta["entry_point"],
+        helpers=problem.meta["stub"],
+        limits=Limits(timeout_s=timeout_s),
+    )
     return 1.0 if result.passed else 0.0

@@ -111,6 +111,8 @@ async def record_for(
         "exploitation_tokens": ledger.exploitation_tokens,
         "final_answer": result.final.answer if result.final else None,
         "final_quality": truth[-1] if result.final else 0.0,
+        # answer checks that overran their timeout or could not be evaluated (NaN qualities)
+        "undecided_checks": sum(1 for q in truth if q != q),
         "pool_quality": pool_truth,
         "pool_quality_first": q1[: len(pool)],
         "pool_quality_second": q2[: len(pool)],

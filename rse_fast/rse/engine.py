@@ -229,7 +229,7 @@ class RSE:
         t0 = time.perf_counter()
         tokens0 = self.client.ledger.total_tokens
         messages = solve_messages(problem, block)
-        counters = {"rollouts": 0, "distills": 0, "failures": 0}
+        counters = {"rollouts": 0, "distills": 0, "failures": 0, "unparseable": 0}
 
         def report(round_done: bool = False) -> None:
             if self.progress is not None:
@@ -241,6 +241,7 @@ class RSE:
                         rollouts_done=counters["rollouts"],
                         distills_done=counters["distills"],
                         failures=counters["failures"],
+                        unparseable=counters["unparseable"],
                         bank_sizes=bank.sizes(),
                         tokens=self.client.ledger.total_tokens,
                         round_done=round_done,
@@ -263,6 +264,8 @@ class RSE:
         if distil and cfg.distill_mode == "batch":
             await self._distill_batch(problem, r, outcomes, first)
             counters["distills"] = k
+            counters["unparseable"] = sum(o.record.distill in ("unparseable", "failed")
+                                          for o in outcomes)  # fmt: skip
             report()
         failed = sum(o.record.error is not None for o in outcomes)
         if failed == k:
@@ -386,6 +389,7 @@ class RSE:
         returned = time.perf_counter()
         counters["distills"] += 1
         if parsed is None:
+            counters["unparseable"] += 1
             report()
             return _Outcome(rec, [], None, returned, returned)
         rec.distill, rec.echoes = "ok", parsed.echoes
@@ -663,7 +667,9 @@ def select_rounds(rounds: list[RoundResult], select_from: str) -> list[RoundResu
 
 
 def warmup() -> None:
-    """Compile (or load) the dedup kernels and load answer checking, so a service's first
-    request pays for neither; idempotent."""
+    """Compile (or load) the dedup kernels and start the answer-checking workers, so a
+    service's first request pays for neither; idempotent."""
+    from rse_fast.answers.checker import POOL
+
     kernels.warmup()
-    answers_equivalent("1", "1.0")
+    POOL.warm()

@@ -78,7 +78,9 @@ def _round(r: Mapping[str, Any]) -> str:
     out.append(
         f"<p>majority answer <b>{_e(r.get('answer'))}</b> ({r.get('votes')} votes)"
         + (f", accuracy {acc:.0%}" if acc is not None else "")
-        + f", {r.get('tokens', 0):,} tokens, {r.get('wall_s', 0):.1f} s</p>"
+        + f", {r.get('tokens', 0):,} tokens, {r.get('wall_s', 0):.1f} s"
+        + f"; distillations unparseable {r.get('unparseable', 0)}, failed "
+        f"{r.get('failed_distills', 0)}</p>"
     )
     block = r.get("experience_block") or ""
     out.append("<h3>Experience in this round's prompt</h3>")

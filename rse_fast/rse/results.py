@@ -19,6 +19,8 @@ class Progress:
     distills_done: int
     failures: int
     bank_sizes: dict[str, int]
+    #: distillations that gave nothing usable: the reply did not parse, or the call failed
+    unparseable: int = 0
     tokens: int
     round_done: bool = False
 
