@@ -176,10 +176,6 @@ def _catalogue() -> dict[str, Any]:
     return data
 
 
-def llm_names() -> list[str]:
-    return sorted(_catalogue()["models"])
-
-
 def default_llm() -> str:
     return str(_catalogue()["default"])
 

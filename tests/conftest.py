@@ -3,7 +3,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from rse_fast.testing import ScriptedServer
 
@@ -23,3 +24,23 @@ def threaded_server(**kwargs) -> Iterator[ScriptedServer]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+
+
+@contextlib.asynccontextmanager
+async def running_service(upstream: ScriptedServer, **cfg) -> AsyncIterator[tuple[Any, str]]:
+    """The service in front of ``upstream`` on a free loopback port: (service, base URL
+    without ``/v1``)."""
+    import aiohttp.web
+
+    from rse_fast.serve import ServeConfig, Service
+
+    svc = Service(ServeConfig([upstream.base_url], **cfg))
+    runner = aiohttp.web.AppRunner(svc.app(), handler_cancellation=True)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield svc, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

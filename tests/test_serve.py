@@ -11,6 +11,7 @@ import urllib.request
 import aiohttp
 import openai
 import pytest
+from conftest import running_service
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,16 +24,8 @@ from fakes.scripted_model import GOLD, PROBLEM, reply
 
 @contextlib.asynccontextmanager
 async def service(upstream: ScriptedServer, **cfg):
-    svc = Service(ServeConfig([upstream.base_url], **cfg))
-    runner = aiohttp.web.AppRunner(svc.app(), handler_cancellation=True)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        yield svc, f"http://127.0.0.1:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with running_service(upstream, **cfg) as (svc, url):
+        yield svc, url + "/v1"
 
 
 MSG = [{"role": "user", "content": PROBLEM}]

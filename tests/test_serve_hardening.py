@@ -12,10 +12,11 @@ import time
 
 import aiohttp
 import pytest
+from conftest import running_service
 
 from rse_fast.errors import InsecureServiceError, LLMConnectionError, LLMResponseError
 from rse_fast.llm import LLMClient, RetryPolicy
-from rse_fast.serve import ServeConfig, Service
+from rse_fast.serve import ServeConfig
 from rse_fast.serve.workers import check_exposure
 from rse_fast.testing import Fault, ScriptedServer
 
@@ -25,16 +26,8 @@ FAST = RetryPolicy(max_attempts=1, base_delay_s=0.001, max_delay_s=0.002)
 
 @contextlib.asynccontextmanager
 async def service(upstream: ScriptedServer, **cfg):
-    svc = Service(ServeConfig([upstream.base_url], **cfg))
-    runner = aiohttp.web.AppRunner(svc.app(), handler_cancellation=True)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        yield svc, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with running_service(upstream, **cfg) as (svc, url):
+        yield svc, url + ""
 
 
 async def read_stream(

@@ -33,7 +33,7 @@ from rse_fast.prompts import END_MARK, finish_messages, next_step_messages
 
 
 @dataclass
-class Path:
+class SearchPath:
     steps: list[str] = field(default_factory=list)
     score: float = float("-inf")
     cost: int = 0
@@ -82,7 +82,9 @@ class _Stepwise(Method):
             step_tokens,
         )
 
-    async def _grow(self, run: _Run, path: Path, seed: int, *, finish: bool = False) -> Path:
+    async def _grow(
+        self, run: _Run, path: SearchPath, seed: int, *, finish: bool = False
+    ) -> SearchPath:
         """One call that adds the next step to ``path`` or (``finish``) writes the rest of it
         to its end; the new path is judged (each distinct path once per run)."""
         c, problem = run.c, run.problem
@@ -95,7 +97,7 @@ class _Stepwise(Method):
             max_tokens=self.max_tokens if finish else self.step_tokens,
         )
         text = res.text.strip()
-        new = Path(
+        new = SearchPath(
             [*path.steps, strip_mark(text) if problem.open_ended else text],
             cost=path.cost + res.usage.total_tokens,
             finished=finish or is_final(text, problem.open_ended),
@@ -124,7 +126,9 @@ class _Stepwise(Method):
         levels = max(1, 3 - depth)
         return max(1, min(cap, spend.units_left(per_path_level * levels)))
 
-    async def _search(self, run: _Run, tree: int, n: int) -> tuple[list[Path], list[Path], int]:
+    async def _search(
+        self, run: _Run, tree: int, n: int
+    ) -> tuple[list[SearchPath], list[SearchPath], int]:
         raise NotImplementedError
 
     def _forget_costs(self) -> None:
@@ -142,12 +146,12 @@ class _Stepwise(Method):
         c = client.with_ledger(Ledger())
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         prompt = prompt_cost(c, problem.messages())
-        finished: list[Path] = []
+        finished: list[SearchPath] = []
         # finishing is held back only until some path has finished on its own
         spend = Spend(c.ledger, budget, reserve=lambda: 0.0 if finished else self._finish_reserve())
         self._forget_costs()
         state = _Run(c, scorer, problem, spend)
-        frontier: list[Path] = []
+        frontier: list[SearchPath] = []
         # Size the first search from a pessimistic guess (every step at its token cap, three
         # levels); later searches use what the previous one really cost per path.
         guess = 2 * (prompt + 80 + self.step_tokens) * 3
@@ -170,8 +174,13 @@ class _Stepwise(Method):
         return result
 
     async def _complete(
-        self, run: _Run, budget: int, finished: list[Path], frontier: list[Path], tree: int
-    ) -> list[Path]:
+        self,
+        run: _Run,
+        budget: int,
+        finished: list[SearchPath],
+        frontier: list[SearchPath],
+        tree: int,
+    ) -> list[SearchPath]:
         """Finish the best open paths the rest of the budget pays for (at least one when no
         path finished, so there is always a complete output)."""
         if not frontier:
@@ -191,7 +200,7 @@ class _Stepwise(Method):
     def _result(
         self,
         budget: int,
-        paths: list[Path],
+        paths: list[SearchPath],
         ledger: Ledger,
         depth: int,
         scorer: DistinctScorer,
@@ -219,9 +228,11 @@ class BeamSearch(_Stepwise):
     def _paths(self) -> int:
         return self.width
 
-    async def _search(self, run: _Run, tree: int, n: int) -> tuple[list[Path], list[Path], int]:
+    async def _search(
+        self, run: _Run, tree: int, n: int
+    ) -> tuple[list[SearchPath], list[SearchPath], int]:
         spend = run.spend
-        beams, finished = [Path()], []
+        beams, finished = [SearchPath()], []
         depth = 0
         while beams and depth < self.max_depth:
             pairs = [(b, e) for b in range(len(beams)) for e in range(self.expand)]
@@ -264,8 +275,8 @@ def systematic_resample(weights: list[float], n: int, rng: random.Random) -> lis
     return out
 
 
-def _copy(path: Path) -> Path:
-    return Path(list(path.steps), path.score, path.cost)
+def _copy(path: SearchPath) -> SearchPath:
+    return SearchPath(list(path.steps), path.score, path.cost)
 
 
 def effective_sample_size(weights: list[float]) -> float:
@@ -296,10 +307,12 @@ class ParticleFilter(_Stepwise):
     def _paths(self) -> int:
         return max(2, self.width * self.expand)
 
-    async def _search(self, run: _Run, tree: int, n: int) -> tuple[list[Path], list[Path], int]:
+    async def _search(
+        self, run: _Run, tree: int, n: int
+    ) -> tuple[list[SearchPath], list[SearchPath], int]:
         spend = run.spend
         rng = random.Random(self.seed + tree)
-        particles, finished = [Path() for _ in range(n)], []
+        particles, finished = [SearchPath() for _ in range(n)], []
         depth = 0
         while particles and depth < self.max_depth:
             affordable = particles[: self._affordable(spend, len(particles), depth)]
@@ -321,7 +334,7 @@ class ParticleFilter(_Stepwise):
             particles = self._next_generation(alive, size, rng) if alive else []
         return finished, particles, depth
 
-    def weights(self, alive: list[Path]) -> list[float]:
+    def weights(self, alive: list[SearchPath]) -> list[float]:
         finite = [p.score for p in alive if p.score > float("-inf")]
         base = max(finite) if finite else 0.0
         return [
@@ -331,7 +344,9 @@ class ParticleFilter(_Stepwise):
             for p in alive
         ]
 
-    def _next_generation(self, alive: list[Path], n: int, rng: random.Random) -> list[Path]:
+    def _next_generation(
+        self, alive: list[SearchPath], n: int, rng: random.Random
+    ) -> list[SearchPath]:
         """Resample ``n`` particles systematically when the effective sample size is below
         the threshold; otherwise keep them, trimmed to the ``n`` heaviest or topped up by
         systematic draws when the budget changes how many fit."""

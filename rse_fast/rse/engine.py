@@ -392,14 +392,7 @@ class RSE:
             counters["unparseable"] += 1
             report()
             return _Outcome(rec, [], None, returned, returned)
-        rec.distill, rec.echoes = "ok", parsed.echoes
-        rec.positive = parsed.positive if cfg.use_positive else []
-        rec.negative = parsed.negative if cfg.use_negative else []
-        cands = [
-            Experience(text=t, kind=kind, round=r, rollout=i, position=p)
-            for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
-            for p, t in enumerate(texts)
-        ]
+        cands = self._file(rec, parsed, r)
         vectors = await self._vectors([c.text for c in cands], early) if cands else None
         rec.embedded_early = sum(1 for c in cands if c.text in early)
         report()
@@ -426,11 +419,7 @@ class RSE:
         chosen = [members[0] for _, members in groups[: cfg.distill_batch]]
         if not chosen:
             return
-        client = (
-            self.distill_client.with_ledger(self.client.ledger)
-            if self.distill_client
-            else self.client
-        )
+        client = self._distiller()
         attempts = [
             (
                 clip_tokens(o.record.text, cfg.attempt_batch_tokens, client.count_tokens),
@@ -444,19 +433,7 @@ class RSE:
             cfg.max_words_per_experience,
         )  # fmt: skip
         longest = max(self.client.count_tokens(o.record.text) for o in chosen)
-        params: dict[str, Any] = dict(
-            role="distill",
-            task=f"round{r}",
-            temperature=cfg.distill_temperature,
-            max_tokens=cfg.distill_tokens(longest),
-            model=cfg.distill_model,
-            extra=dict(cfg.distill_extra) if cfg.distill_extra else None,
-        )
-        schema = (
-            distill_schema(cfg.max_experiences_per_rollout, cfg.distill_format)
-            if cfg.use_json_schema
-            else None
-        )
+        params, schema = self._distill_request(r, longest)
         lead = chosen[0]
         parsed = None
         for attempt in range(cfg.distill_retries + 1):
@@ -483,18 +460,48 @@ class RSE:
         if parsed is None:
             lead.record.distill = "unparseable"
             return
-        rec = lead.record
+        lead.candidates = self._file(lead.record, parsed, r)
+        if lead.candidates:
+            lead.vectors = await self.encoder.aencode([c.text for c in lead.candidates])
+        lead.returned_at = lead.encoded_at = time.perf_counter()
+
+    def _distiller(self) -> LLMClient:
+        """The client distillations go to, booked in the run's ledger."""
+        if self.distill_client is None:
+            return self.client
+        return self.distill_client.with_ledger(self.client.ledger)
+
+    def _distill_request(
+        self, r: int, read_tokens: int
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """A distillation call's parameters (its cap follows what it reads) and schema."""
+        cfg = self.config
+        params: dict[str, Any] = dict(
+            role="distill",
+            task=f"round{r}",
+            temperature=cfg.distill_temperature,
+            max_tokens=cfg.distill_tokens(read_tokens),
+            model=cfg.distill_model,
+            extra=dict(cfg.distill_extra) if cfg.distill_extra else None,
+        )
+        schema = (
+            distill_schema(cfg.max_experiences_per_rollout, cfg.distill_format)
+            if cfg.use_json_schema
+            else None
+        )
+        return params, schema
+
+    def _file(self, rec: RolloutRecord, parsed: Distilled, r: int) -> list[Experience]:
+        """A parsed distillation recorded on its rollout; its statements as candidates."""
+        cfg = self.config
         rec.distill, rec.echoes = "ok", parsed.echoes
         rec.positive = parsed.positive if cfg.use_positive else []
         rec.negative = parsed.negative if cfg.use_negative else []
-        lead.candidates = [
+        return [
             Experience(text=t, kind=kind, round=r, rollout=rec.index, position=p)
             for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
             for p, t in enumerate(texts)
         ]
-        if lead.candidates:
-            lead.vectors = await self.encoder.aencode([c.text for c in lead.candidates])
-        lead.returned_at = lead.encoded_at = time.perf_counter()
 
     async def _vectors(
         self, texts: list[str], early: dict[str, asyncio.Future[np.ndarray]]
@@ -525,11 +532,7 @@ class RSE:
         ``distill_retries`` times. Sets ``rec.distill`` to failed/unparseable when it gives up.
         Streamed, each statement's embedding starts as its item closes (into ``early``)."""
         cfg = self.config
-        client = (
-            self.distill_client.with_ledger(self.client.ledger)
-            if self.distill_client
-            else self.client
-        )
+        client = self._distiller()
         count = client.count_tokens
         messages = distill_messages(
             problem,
@@ -547,19 +550,7 @@ class RSE:
             style=cfg.distill_format,
             split=votes,
         )
-        params: dict[str, Any] = dict(
-            role="distill",
-            task=f"round{r}",
-            temperature=cfg.distill_temperature,
-            max_tokens=cfg.distill_tokens(rollout_tokens),
-            model=cfg.distill_model,
-            extra=dict(cfg.distill_extra) if cfg.distill_extra else None,
-        )
-        schema = (
-            distill_schema(cfg.max_experiences_per_rollout, cfg.distill_format)
-            if cfg.use_json_schema
-            else None
-        )
+        params, schema = self._distill_request(r, rollout_tokens)
         for attempt in range(cfg.distill_retries + 1):
             rec.distill_tries += 1
             params["seed"] = None if seed is None else seed + 7919 * attempt
