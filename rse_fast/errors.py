@@ -78,6 +78,22 @@ class LLMTimeoutError(LLMError):
     retryable = True
 
 
+class BudgetExhaustedError(LLMError):
+    """A call was not sent: what is left of a ``cap`` budget cannot hold its prompt and a
+    useful completion. Not a failure of the server: the method stops and answers from what
+    finished."""
+
+
+class BudgetTooSmallError(RSEFastError, ValueError):
+    """A budget below the cost of one useful call; ``minimum`` is that cost in tokens."""
+
+    def __init__(self, budget: int, minimum: int, what: str) -> None:
+        self.budget, self.minimum = budget, minimum
+        super().__init__(
+            f"a budget of {budget} tokens cannot pay for {what}: the minimum is {minimum}"
+        )
+
+
 class LLMDeadlineError(LLMTimeoutError):
     """The caller's own deadline for the whole call (every attempt and wait) passed."""
 

@@ -229,12 +229,13 @@ class CheckerPool:
         worker.conn.close()
 
     def warm(self) -> None:
-        """Start the workers now and wait until they can check (a service does this before
-        it serves, so no request pays for importing sympy)."""
-        workers = [self._take() for _ in range(self.size)]
-        for w in workers:
-            w.wait_ready()
-            self._give(w)
+        """Start the workers now, without waiting for them (a service does this before it
+        serves, so a request rarely waits for a worker to import sympy)."""
+        with self._cond:
+            missing = self.size - self._started
+            self._started += max(0, missing)
+        for _ in range(max(0, missing)):
+            self._give(self._spawn())
 
     def close(self) -> None:
         with self._cond:

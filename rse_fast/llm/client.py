@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import json
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -21,6 +22,7 @@ import aiohttp
 
 from rse_fast.errors import LLMBadRequestError, LLMError
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
+from rse_fast.llm.meter import Grant, TokenCap
 from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, parse_usage
 from rse_fast.llm.retry import RetryPolicy
 from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
@@ -102,6 +104,7 @@ class LLMClient:
         self.trace = trace
         self.transport = Transport(pool, timeouts, retry, on_failure=self._trace_failure)
         self.ledger = ledger if ledger is not None else Ledger()
+        self.cap: TokenCap | None = None  # a cap-mode budget every call draws on
         self.count_tokens: TokenCounter = token_counter or approx_token_count
 
     @property
@@ -214,13 +217,47 @@ class LLMClient:
             extra=extra,
         )
         t0 = time.perf_counter()
+        grant, estimate = self._reserve(body, n)
         try:
             result = await self._chat_n(body, n)
         except LLMError as exc:
+            self._release(grant)
             self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
             raise
+        except BaseException:
+            self._release(grant)
+            raise
+        self._settle(grant, result.usage, estimate)
         self.ledger.record_usage(role, result.usage, result.latency_s, result.endpoint, n, task)
         return result
+
+    def with_cap(self, cap: TokenCap | None) -> LLMClient:
+        """A view whose calls all draw on ``cap`` (a ``cap``-mode budget): each reserves its
+        worst case first, its completion cap cut to the room left, or is refused."""
+        view = copy.copy(self)
+        view.cap = cap
+        return view
+
+    def _reserve(self, body: dict[str, Any], n: int) -> tuple[Grant | None, int]:
+        """Reserve a call's worst case on the cap (its ``max_tokens`` cut to fit)."""
+        if self.cap is None:
+            return None, 0
+        estimate = count_prompt_tokens(body["messages"], self.count_tokens)
+        if body.get("tools"):
+            estimate += self.count_tokens(json.dumps(body["tools"]))
+        wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4096)
+        grant = self.cap.reserve(estimate, wanted, n)
+        body["max_tokens"] = grant.completion
+        body.pop("max_completion_tokens", None)
+        return grant, estimate
+
+    def _settle(self, grant: Grant | None, usage: Usage, estimate: int) -> None:
+        if grant is not None and self.cap is not None:
+            self.cap.settle(grant, usage.prompt_tokens, usage.total_tokens, estimate)
+
+    def _release(self, grant: Grant | None, spent: int = 0) -> None:
+        if grant is not None and self.cap is not None:
+            self.cap.release(grant, spent)
 
     async def chat_json(
         self, messages: Sequence[Message], schema: dict[str, Any], **params: Any
@@ -280,6 +317,7 @@ class LLMClient:
         body["stream"] = True
         if include_usage:
             body["stream_options"] = {"include_usage": True}
+        grant, estimate = self._reserve(body, 1)
         t0 = time.perf_counter()
         content: list[str] = []
         reasoning: list[str] = []
@@ -298,9 +336,13 @@ class LLMClient:
                     reasoning.append(event.reasoning)
                     yield event
         except LLMError as exc:
+            self._release(grant, self._streamed_so_far(body, content, reasoning))
             self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
             if endpoint:  # broke mid-stream (failures before the first byte are traced already)
                 self._trace_failure(body, exc)
+            raise
+        except BaseException:  # cancelled mid-stream: what streamed so far was spent
+            self._release(grant, self._streamed_so_far(body, content, reasoning))
             raise
         text, thought = "".join(content), "".join(reasoning)
         if usage is None:
@@ -310,9 +352,19 @@ class LLMClient:
                 "estimated",
             )
         latency = time.perf_counter() - t0
+        self._settle(grant, usage, estimate)
         self.ledger.record_usage(role, usage, latency, endpoint, 1, task)
         self._trace_reply(body, endpoint, latency, [text], [thought or None], usage)
         yield StreamEvent(done=True, usage=usage)
+
+    def _streamed_so_far(
+        self, body: dict[str, Any], content: list[str], reasoning: list[str]
+    ) -> int:
+        """Tokens a stream cut short had cost: its prompt and what it had sent."""
+        if not content and not reasoning:
+            return 0
+        prompt = count_prompt_tokens(body["messages"], self.count_tokens)
+        return prompt + self.count_tokens("".join(content) + "".join(reasoning))
 
     async def models(self) -> list[str]:
         """The model ids the (first healthy) endpoint serves, from ``GET /models``."""

@@ -12,11 +12,13 @@ import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from rse_fast.answers import extract_answer
+from rse_fast.errors import BudgetExhaustedError, BudgetTooSmallError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger, count_prompt_tokens
+from rse_fast.llm.meter import TokenCap
 from rse_fast.llm.types import Message
 from rse_fast.prompts import solve_messages
 from rse_fast.util.options import keyword_names, reject_unknown
@@ -200,6 +202,7 @@ async def in_waves(
 
     out: list[T] = []
     cost = max(1.0, first_cost)
+    one_at_a_time = False  # after a cap refusal: the last units one by one
     while True:
         n = fits(len(out)) if fits is not None else spend.units_left(cost, tail=bool(out))
         n = max(n, minimum - len(out))
@@ -207,11 +210,20 @@ async def in_waves(
             n = min(n, limit - len(out))
         if n <= 0:
             return out
-        wave = min(n, parallel)
+        wave = 1 if one_at_a_time else min(n, parallel)
         before, done_before = committed(), len(out)
         tasks = [asyncio.ensure_future(unit(start + len(out) + j)) for j in range(wave)]
         if early is None:
-            out.extend(await asyncio.gather(*tasks))
+            done = await _gathered(tasks)
+            capped = [d for d in done if isinstance(d, BudgetExhaustedError)]
+            for d in done:
+                if isinstance(d, BaseException) and not isinstance(d, BudgetExhaustedError):
+                    raise d
+            out.extend(d for d in done if not isinstance(d, BaseException))
+            if capped:  # the cap refused a call: room freed by settled calls is tried one
+                if wave == 1:  # unit at a time, until even one is refused
+                    return out
+                one_at_a_time = True
         elif await _until_settled(tasks, out, early, spend, cost):
             measured = (committed() - before) / max(1, len(out) - done_before)
             early.saved_tokens = int(
@@ -219,6 +231,32 @@ async def in_waves(
             )
             return out
         cost = max(1.0, (committed() - before) / max(1, len(out) - done_before))
+
+
+async def _gathered(tasks: Sequence[asyncio.Future[Any]]) -> list[Any]:
+    """Every task's result or exception. Cancelled, it cancels them all and returns at once
+    (``gather(return_exceptions=True)`` would wait until every one has wound down)."""
+    try:
+        await asyncio.wait(tasks)
+    except asyncio.CancelledError:
+        for t in tasks:
+            t.cancel()
+            t.add_done_callback(_retrieve)
+        raise
+    return [_outcome(t) for t in tasks]
+
+
+def _outcome(task: asyncio.Future[Any]) -> Any:
+    if task.cancelled():
+        return asyncio.CancelledError()
+    exc = task.exception()
+    return exc if exc is not None else task.result()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Read a finished task's outcome, so an abandoned one is not logged as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _until_settled(
@@ -231,7 +269,12 @@ async def _until_settled(
         while pending:
             finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for fut in finished:
+                if isinstance(fut.exception(), BudgetExhaustedError):
+                    early.stopped = True
+                    continue
                 out.append(fut.result())
+            if early.stopped:
+                return True
             possible = max(len(pending), spend.units_left(cost))
             if early.settled(out, possible):
                 early.stopped, early.cancelled = True, len(pending)
@@ -254,6 +297,11 @@ def prompt_cost(client: LLMClient, messages: list[Message]) -> int:
     return count_prompt_tokens(messages, client.count_tokens)
 
 
+BudgetMode = Literal["cap", "target"]
+#: Completion tokens below which a call is not worth making (a budget must buy one).
+USEFUL_COMPLETION = 64
+
+
 class Method(abc.ABC):
     """A TTS family: ``await method.run(problem, budget, client) -> MethodResult``.
 
@@ -262,6 +310,11 @@ class Method(abc.ABC):
         max_tokens: completion tokens per generation call.
         temperature: sampling temperature of generation calls.
         seed: base seed; call ``i`` uses ``seed + i`` so runs repeat.
+        budget_mode: ``target`` lands as near the budget as it can on average (the
+            evaluation's default: the report pairs methods at their actual spend); ``cap``
+            never ends above it: every call reserves its worst case on one meter shared by all
+            the run's calls, its completion cap cut to the room left or the call refused, and
+            the answer comes from what finished (the service's default).
 
     An option no family in the class's MRO takes raises ``UnknownOptionError`` (a
     ``ValueError``) naming it and the valid ones.
@@ -277,9 +330,13 @@ class Method(abc.ABC):
         max_tokens: int = 1024,
         temperature: float = 0.7,
         seed: int = 0,
+        budget_mode: BudgetMode = "target",
         **unknown: Any,
     ) -> None:
         reject_unknown(f"method {self.name!r}", unknown, keyword_names(type(self)))
+        if budget_mode not in ("cap", "target"):
+            raise ValueError(f"budget_mode must be 'cap' or 'target', got {budget_mode!r}")
+        self.budget_mode: BudgetMode = budget_mode
         self.parallel, self.max_tokens, self.temperature, self.seed = (
             parallel,
             max_tokens,
@@ -288,6 +345,29 @@ class Method(abc.ABC):
         )
         self.completion_prior: float | None = None
         self.cost_ratio: float | None = None  # measured unit cost ÷ its estimate, last runs
+
+    def metered(self, client: LLMClient, budget: int, problem: Problem) -> LLMClient:
+        """The run's own view of ``client``: a fresh ledger and, in ``cap`` mode, the meter
+        every call draws on. A budget below one useful call is refused here, naming the
+        minimum, before anything is sent."""
+        view = client.with_ledger(Ledger())
+        minimum = self.minimum_budget(view, problem)
+        if budget < minimum:
+            raise BudgetTooSmallError(budget, minimum, f"one useful call of method {self.name!r}")
+        if self.budget_mode == "cap":
+            view = view.with_cap(TokenCap(budget))
+        return view
+
+    def minimum_budget(self, client: LLMClient, problem: Problem) -> int:
+        """The cost of one useful call: its prompt (with the meter's margin) and a completion
+        of ``USEFUL_COMPLETION`` tokens (or ``max_tokens`` when smaller)."""
+        cap = TokenCap(0)
+        prompt = prompt_cost(client, problem.messages())
+        return (
+            int(prompt * cap.prompt_ratio)
+            + cap.prompt_slack
+            + min(self.max_tokens, USEFUL_COMPLETION)
+        )
 
     def expected_completion(self) -> float:
         """Completion tokens a generation is expected to take: what earlier runs of this

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
-from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, best_index
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.sampling import sample
@@ -38,7 +38,7 @@ class Refinement(Method):
         return self.stop_score is not None and score == score and score >= self.stop_score
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        c = client.with_ledger(Ledger())
+        c = self.metered(client, budget, problem)
         spend = Spend(c.ledger, budget)
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         task, open_ended = problem.transcript, problem.open_ended
@@ -54,20 +54,24 @@ class Refinement(Method):
         while spend.units_left(round_cost) >= 1 and not self._good_enough(current):
             r += 1
             before = spend.spent
-            crit = await c.chat(
-                critique_messages(task, current.text, open_ended),
-                role="refine",
-                seed=self.seed + r,
-                temperature=0.2,
-                max_tokens=self.max_tokens,
-            )
-            rev = await c.chat(
-                revise_messages(task, current.text, crit.text, open_ended),
-                role="refine",
-                seed=self.seed + r,
-                temperature=self.temperature,
-                max_tokens=self.max_tokens,
-            )
+            try:
+                crit = await c.chat(
+                    critique_messages(task, current.text, open_ended),
+                    role="refine",
+                    seed=self.seed + r,
+                    temperature=0.2,
+                    max_tokens=self.max_tokens,
+                )
+                rev = await c.chat(
+                    revise_messages(task, current.text, crit.text, open_ended),
+                    role="refine",
+                    seed=self.seed + r,
+                    temperature=self.temperature,
+                    max_tokens=self.max_tokens,
+                )
+            except BudgetExhaustedError:  # a cap-mode budget is spent: keep the best draft
+                r -= 1
+                break
             current = Candidate.of(
                 rev.text, completion_tokens=rev.usage.completion_tokens, origin=f"refine-{r}"
             )

@@ -12,8 +12,8 @@ from typing import Any
 
 from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
+from rse_fast.errors import BudgetExhaustedError, RoundFailedError
 from rse_fast.llm.client import LLMClient
-from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, blend
 from rse_fast.methods.sampling import vote_final
 from rse_fast.rse.bank import ExperienceBank
@@ -97,7 +97,7 @@ class RSEMethod(Method):
         sampling or a stop (``settle_spend``)."""
         if problem.open_ended:
             raise ValueError("RSE answers by a vote over final answers: use it on verifiable tasks")
-        c = client.with_ledger(Ledger())
+        c = self.metered(client, budget, problem)
         spend = Spend(c.ledger, budget)
         cfg = RSEConfig(
             **{
@@ -137,10 +137,15 @@ class RSEMethod(Method):
             engine.config = replace(cfg, k=k_r)
             bank_prompt_tokens += k_r * shown
             before = len(c.ledger.records)
-            result, next_block = await engine.run_round(
-                problem.prompt, r, bank, problem.gold, "" if settled else block,
-                distil=distil, first_index=sampled,
-            )  # fmt: skip
+            try:
+                result, next_block = await engine.run_round(
+                    problem.prompt, r, bank, problem.gold, "" if settled else block,
+                    distil=distil, first_index=sampled,
+                )  # fmt: skip
+            except RoundFailedError as exc:
+                if isinstance(exc.cause, BudgetExhaustedError) and rounds:
+                    break  # a cap-mode budget is spent: answer from the rounds that ran
+                raise
             sampled += k_r
             rounds.append(result)
             roll, dist = self._measure(c.ledger.records[before:], shown, roll, dist)

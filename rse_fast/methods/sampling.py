@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, majority_vote, off_loop
+from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import (
@@ -178,7 +179,7 @@ class SelfConsistency(Method):
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
         if problem.open_ended and not problem.tools:
             raise ValueError("self-consistency votes on final answers: use it on verifiable tasks")
-        c = client.with_ledger(Ledger())
+        c = self.metered(client, budget, problem)
         early = EarlyStop(self._settled(problem)) if self.early_stop else None
         estimate = sample_cost(self, c, problem)
         pool = await in_waves(
@@ -240,7 +241,7 @@ class BestOfN(Method):
         candidate, the distinct share taken from earlier runs (duplicates are judged free)."""
         if problem.open_ended and self.selection == "weighted":
             raise ValueError("score-weighted voting needs final answers: use selection='best'")
-        c = client.with_ledger(Ledger())
+        c = self.metered(client, budget, problem)
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         per_sample = sample_cost(self, c, problem)
         judge_guess = per_sample + JUDGE_OVERHEAD_TOKENS
@@ -363,7 +364,7 @@ class Fusion(Method):
         self.fuse_k, self.max_fusion_chars = fuse_k, max_fusion_chars
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        c = client.with_ledger(Ledger())
+        c = self.metered(client, budget, problem)
         prompt = prompt_cost(c, problem.messages())
         per_chars = max(200, self.max_fusion_chars // self.fuse_k)
 
@@ -385,19 +386,26 @@ class Fusion(Method):
         self.learn(pool, estimate, spend.spent)
         rng = random.Random(f"{self.seed}:{problem.id}")
         chosen = rng.sample(pool, min(self.fuse_k, len(pool)))
-        res = await c.chat(
-            fusion_messages(
-                problem.transcript,
-                [clip_middle(p.text, per_chars) for p in chosen],
-                problem.open_ended,
-            ),
-            role="fuse",
-            task="fuse",
-            seed=self.seed,
-            temperature=0.2,
-            max_tokens=self.max_tokens,
-        )
-        final = Candidate.of(res.text, cost=res.usage.total_tokens, origin="fuse")
+        final: Candidate | None = None
+        while final is None and len(chosen) >= 2:
+            try:
+                res = await c.chat(
+                    fusion_messages(
+                        problem.transcript,
+                        [clip_middle(p.text, per_chars) for p in chosen],
+                        problem.open_ended,
+                    ),
+                    role="fuse",
+                    task="fuse",
+                    seed=self.seed,
+                    temperature=0.2,
+                    max_tokens=self.max_tokens,
+                )
+                final = Candidate.of(res.text, cost=res.usage.total_tokens, origin="fuse")
+            except BudgetExhaustedError:  # a cap's room left: fuse fewer candidates
+                chosen = chosen[:-1]
+        if final is None:  # not even two fit: the vote over the samples answers
+            final, _ = await off_loop(vote_final, pool)
         return MethodResult(
             self.name, budget, final, pool, c.ledger, {"fused": len(chosen), "sampled": len(pool)}
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rse_fast.answers import extract_boxed
+from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import (
@@ -89,13 +90,16 @@ class _Stepwise(Method):
         to its end; the new path is judged (each distinct path once per run)."""
         c, problem = run.c, run.problem
         build = finish_messages if finish else next_step_messages
-        res = await c.chat(
-            build(problem.transcript, path.steps, problem.open_ended),
-            role="explore",
-            seed=seed,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens if finish else self.step_tokens,
-        )
+        try:
+            res = await c.chat(
+                build(problem.transcript, path.steps, problem.open_ended),
+                role="explore",
+                seed=seed,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens if finish else self.step_tokens,
+            )
+        except BudgetExhaustedError:  # a cap-mode budget is spent: the path stays as it is
+            return path
         text = res.text.strip()
         new = SearchPath(
             [*path.steps, strip_mark(text) if problem.open_ended else text],
@@ -143,7 +147,7 @@ class _Stepwise(Method):
         """Independent searches one after another while the budget lasts: when every path of a
         search finishes early, the rest of the budget widens the pool with a new search. Until
         a path has finished, the expected cost of finishing one is held back."""
-        c = client.with_ledger(Ledger())
+        c = self.metered(client, budget, problem)
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         prompt = prompt_cost(c, problem.messages())
         finished: list[SearchPath] = []

@@ -6,7 +6,9 @@ cannot honour (``n`` > 1, ``stop``, ``response_format``, ``tools``, ``logprobs``
 naming it and the method; ``stream_options.include_usage`` is honoured (the usage chunk is sent
 only when asked). ``sc:`` honours ``tools``: it samples the conversation as sent and votes over
 the tool calls (``tool_vote``: ``arguments`` by default, or ``name``). Every method, ``rse``
-included, spends at most its ``budget`` of tokens.
+included, runs in ``cap`` mode: its usage never ends above its ``budget`` (a request without
+one gets ``--default-budget-tokens``), and a budget below one useful call is a 400 naming
+``budget`` and the minimum.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rse_fast.errors import RequestError
+from rse_fast.errors import BudgetTooSmallError, RequestError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import Problem, make_method
@@ -151,7 +153,7 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
             "budget",
             int,
             min(caps.default_budget_tokens, caps.max_budget_tokens),
-            100,
+            1,
             caps.max_budget_tokens,
             "--max-budget-tokens",
         ),
@@ -187,7 +189,11 @@ async def run_method(
     view = client.with_ledger(Ledger())
     view.model = spec.upstream_model
     options: dict[str, Any] = dict(
-        parallel=spec.k, max_tokens=spec.max_tokens, temperature=spec.temperature, seed=spec.seed
+        parallel=spec.k,
+        max_tokens=spec.max_tokens,
+        temperature=spec.temperature,
+        seed=spec.seed,
+        budget_mode="cap",  # the service's promise: usage never above the budget
     )
     if spec.method == "rse":
         options.update(
@@ -213,7 +219,10 @@ async def run_method(
         tools=spec.tools,
         tool_choice=spec.tool_choice,
     )
-    res = await method.run(problem, spec.budget, view)
+    try:
+        res = await method.run(problem, spec.budget, view)
+    except BudgetTooSmallError as exc:
+        raise RequestError(str(exc), param="budget") from None
     text = res.final.text if res.final else ""
     calls = list(res.final.tool_calls) if res.final else []
     message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
