@@ -10,6 +10,7 @@ import pytest
 from rse_fast.eval.metrics import (
     bootstrap_mean_ci,
     capture,
+    capture_reason,
     linear_fit,
     mean,
     mean_pairwise_cosine_distance,
@@ -33,7 +34,11 @@ def test_oracle_is_nan_safe_whatever_the_order():
 def test_capture_and_headroom_by_hand():
     # μ = 0.4, Q* = 0.9, Q = 0.6: h = 0.2 / 0.5
     assert capture(final=0.6, single=0.4, oracle_q=0.9) == pytest.approx(0.4)
-    assert capture(final=0.6, single=0.9, oracle_q=0.9) is None  # no headroom
+    assert math.isnan(capture(final=0.6, single=0.9, oracle_q=0.9))  # no headroom
+    # a tiny headroom explodes the ratio (h = -894% at 1%): NaN, with its reason
+    assert math.isnan(capture(final=0.3, single=0.4, oracle_q=0.41))
+    assert "below 0.05" in capture_reason(single=0.4, oracle_q=0.41)
+    assert capture_reason(single=0.4, oracle_q=0.9) == ""
     assert capture(final=0.3, single=0.4, oracle_q=0.9) == pytest.approx(-0.2)
 
 
@@ -152,8 +157,28 @@ def test_paired_rows_and_the_capture_regression():
     assert pairs[("bon", "sc")]["diff"] == pytest.approx(-0.5)
     assert pairs[("sc", "single")]["diff"] == pytest.approx(0.75)
     assert pairs[("bon", "sc")]["problems"] == 4
-    rows = [{"rho_v": r, "capture": 0.1 + 1.2 * r} for r in (0.0, 0.2, 0.5, 0.7)] + [
-        {"rho_v": None, "capture": 0.3}
-    ]
-    fit = capture_vs_rho(rows)
-    assert fit is not None and fit["slope"] == pytest.approx(1.2) and fit["points"] == 4
+    rows = [{"method": "bon", "rho_v": r, "capture": 0.1 + 1.2 * r} for r in (0.0, 0.2, 0.5, 0.7)]
+    rows += [{"method": "bon", "rho_v": None, "capture": 0.3}]
+    # another family with another relation: pooled, the two would blur into one slope
+    rows += [{"method": "beam", "rho_v": r, "capture": 0.5 - r} for r in (0.1, 0.3, 0.6)]
+    fits = capture_vs_rho(rows)
+    assert list(fits) == ["bon", "beam"]  # best-of-N first, as the study fits it
+    assert fits["bon"]["slope"] == pytest.approx(1.2) and fits["bon"]["points"] == 4
+    assert fits["beam"]["slope"] == pytest.approx(-1.0)
+
+
+def test_methods_pair_only_at_matched_actual_spend():
+    recs = [_single(p, [0.0]) for p in "abcd"]
+    for p in "abcd":
+        recs += [_rec(p, "sc", 1000, 1.0, [1.0]), _rec(p, "bon", 1000, 0.0, [1.0])]
+    for r in recs:
+        if r.get("method") == "bon":
+            r["tokens"] = 1300  # spent 30% more than sc at the same nominal budget
+        elif r.get("method") == "sc":
+            r["tokens"] = 1000
+    assert not [r for r in paired_rows(recs) if {r["a"], r["b"]} == {"sc", "bon"}]
+    for r in recs:
+        if r.get("method") == "bon":
+            r["tokens"] = 1050
+    matched = [r for r in paired_rows(recs) if {r["a"], r["b"]} == {"sc", "bon"}]
+    assert len(matched) == 1 and matched[0]["tokens_b"] == 1000

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -131,6 +132,24 @@ async def test_shards_merge_into_one_report(tmp_path):
     assert main(["eval", "report", str(out), "--out", str(tmp_path / "merged")]) == 0
     summary = json.loads((tmp_path / "merged" / "summary.json").read_text())
     assert summary["rows"][0]["problems"] == 6 and len(summary["sources"]) == 2
+
+
+async def test_merged_report_writes_its_plot_beside_its_table_and_prints_where(tmp_path, capsys):
+    ds = arithmetic(tmp_path, 4)
+    out = tmp_path / "shared"
+    async with ScriptedServer(default_reply=reply) as srv, LLMClient(srv.base_url, "m") as c:
+        for i in (1, 2):
+            plan = EvalPlan([make_method("sc", parallel=2, max_tokens=64)], [300, 600], out,
+                            single_samples=1, shard=Shard(index=i, count=2))  # fmt: skip
+            await run_eval(ds, plan, c)
+    capsys.readouterr()
+    assert main(["eval", "report", str(out)]) == 0
+    printed = dict(
+        line.split(": ", 1) for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("plot: ", "table: "))
+    )  # fmt: skip
+    plot, table = Path(printed["plot"]), Path(printed["table"])
+    assert plot.exists() and table.exists() and plot.parent == table.parent == out
 
 
 def rubric_reply(body: dict, index: int) -> str:

@@ -65,7 +65,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--parallel", type=int_in(1, 1024), default=4)
     p.add_argument("--max-tokens", type=int_in(1, 1_000_000), default=1024)
-    p.add_argument("--out", default="eval-results", help="directory; reruns resume from it")
+    p.add_argument(
+        "--out",
+        help="directory; reruns resume from it (default eval-results; for `eval report`: the "
+        "first directory merged, so the merged table and plot land beside the shards)",
+    )
     p.add_argument("--title", help="report title")
     p.add_argument("--quiet", action="store_true")
 
@@ -88,6 +92,7 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     report = merge_report(args) if args.action == "report" else asyncio.run(evaluate(args))
     print(report["table"])
+    print(f"table: {report['table_path']}")
     if report["plot"]:
         print(f"plot: {report['plot']}")
     return 0
@@ -98,8 +103,9 @@ def merge_report(args: argparse.Namespace) -> dict[str, Any]:
 
     from rse_fast.eval.report import write_report
 
-    places = [Path(p) for p in (args.paths or [args.out])]
-    out = Path(args.out) if args.paths else places[0]
+    places = [Path(p) for p in (args.paths or [args.out or "eval-results"])]
+    first = places[0] if places[0].is_dir() else places[0].parent
+    out = Path(args.out) if args.out else first
     title = args.title or "evaluation: " + ", ".join(str(p) for p in places)
     return write_report(places, out, title)
 
@@ -155,7 +161,7 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             if name.startswith("rse"):
                 extra["encoder"] = encoder
             methods.append(make_method(name.strip(), **common, **extra))
-        out = Path(args.out)
+        out = Path(args.out or "eval-results")
         plan = EvalPlan(
             methods,
             budgets,

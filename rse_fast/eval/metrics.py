@@ -71,12 +71,26 @@ def oracle_bias_corrected(first: Sequence[float], second: Sequence[float]) -> No
     )
 
 
-def capture(final: float, single: float, oracle_q: float) -> float | None:
-    """Headroom capture h = (Q − μ)/(Q* − μ); None when there is no headroom to capture."""
+#: Headroom (Q* − μ) below which capture h is not reported: a ratio over a tiny gap explodes
+#: (h = −894% at 1% headroom in an earlier table) and means nothing.
+MIN_HEADROOM = 0.05
+
+
+def capture(
+    final: float, single: float, oracle_q: float, min_headroom: float = MIN_HEADROOM
+) -> float:
+    """Headroom capture h = (Q − μ)/(Q* − μ); NaN when the headroom is below
+    ``min_headroom`` (see ``capture_reason``)."""
     gap = oracle_q - single
-    if gap <= 1e-12:
-        return None
+    if gap < min_headroom:
+        return math.nan
     return (final - single) / gap
+
+
+def capture_reason(single: float, oracle_q: float, min_headroom: float = MIN_HEADROOM) -> str:
+    """Why capture is NaN, or "" when it is a number."""
+    gap = oracle_q - single
+    return f"headroom {gap:.3f} below {min_headroom}" if gap < min_headroom else ""
 
 
 def _ranks(x: Sequence[float]) -> np.ndarray:

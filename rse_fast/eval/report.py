@@ -16,6 +16,7 @@ from typing import Any
 from rse_fast.eval.metrics import (
     bootstrap_mean_ci,
     capture,
+    capture_reason,
     finite,
     linear_fit,
     mean,
@@ -100,6 +101,7 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "problems": len(recs),
                 "tokens": mean([r["tokens"] for r in recs]),
                 "budget_error": mean([r["budget_error"] for r in recs]),
+                **overshoot([r["budget_error"] for r in recs]),
                 "exploration_share": mean(
                     [r["exploration_tokens"] / r["tokens"] for r in recs if r["tokens"]]
                 ),
@@ -112,7 +114,8 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "single_problems": len(finite(singles)),
                 "headroom": q_star - mu if both else None,  # type: ignore[operator]
                 "net_exploitation": q - q_star if both else None,  # type: ignore[operator]
-                "capture": capture(q, mu, q_star) if both else None,  # type: ignore[arg-type]
+                "capture": _nan_none(capture(q, mu, q_star)) if both else None,  # type: ignore[arg-type]
+                "capture_note": capture_reason(mu, q_star) if both else "no single samples",  # type: ignore[arg-type]
                 "rho_v": sum(rhos) / len(rhos) if rhos else None,
                 "rho_v_pools": len(rhos),
                 "rho_v_kind": rho_kind(recs),
@@ -125,27 +128,53 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
     return rows
 
 
+#: Two cells are compared only when their actual mean spends are this close (relative).
+MATCHED_SPEND = 0.10
+
+
+def overshoot(errors: Sequence[float]) -> dict[str, float | None]:
+    """How far actual spend landed from the budget, per row: mean absolute error, the worst
+    overshoot and the spread (a signed mean lets over- and undershoot cancel)."""
+    vals = finite(errors)
+    if not vals:
+        return {"overshoot_mae": None, "overshoot_max": None, "overshoot_spread": None}
+    m = sum(vals) / len(vals)
+    spread = math.sqrt(sum((v - m) ** 2 for v in vals) / len(vals))
+    return {"overshoot_mae": sum(abs(v) for v in vals) / len(vals),
+            "overshoot_max": max(vals), "overshoot_spread": spread}  # fmt: skip
+
+
+def _nan_none(x: float) -> float | None:
+    return None if x != x else x
+
+
 def paired_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """At each budget, every pair of methods on the problems both ran, and every method
-    against its problems' single-sample μ: mean difference of final quality and its 95%
-    bootstrap interval (resampling problems)."""
+    """Pairs of methods **at matched actual spend**: cells (method, budget) whose mean tokens
+    are within ±10% of each other, whatever their nominal budgets, on the problems both ran;
+    and every method against its problems' single-sample μ. Mean difference of final quality
+    and its 95% bootstrap interval (resampling problems)."""
     finals: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    spent: dict[tuple[str, int], list[float]] = defaultdict(list)
     for r in records:
         if r["method"] != SINGLE:
             finals[(r["method"], int(r["budget"]))][r["problem"]] = r["final_quality"]
+            spent[(r["method"], int(r["budget"]))].append(float(r["tokens"]))
     single = single_sample_quality(records)
+    tokens = {cell: sum(v) / len(v) for cell, v in spent.items()}
     out = []
-    budgets = sorted({b for _, b in finals})
-    for budget in budgets:
+    for (a, ba), (b, bb) in combinations(sorted(finals), 2):
+        if a == b or abs(tokens[(a, ba)] / max(1.0, tokens[(b, bb)]) - 1) > MATCHED_SPEND:
+            continue
+        shared = sorted(finals[(a, ba)].keys() & finals[(b, bb)].keys())
+        if shared:
+            diff, ci = paired_difference(
+                [finals[(a, ba)][p] for p in shared], [finals[(b, bb)][p] for p in shared]
+            )
+            row = _pair(ba, a, b, shared, diff, ci)
+            row.update(budget_b=bb, tokens_a=tokens[(a, ba)], tokens_b=tokens[(b, bb)])
+            out.append(row)
+    for budget in sorted({b for _, b in finals}):
         methods = sorted(m for m, b in finals if b == budget)
-        for a, b in combinations(methods, 2):
-            shared = sorted(finals[(a, budget)].keys() & finals[(b, budget)].keys())
-            if shared:
-                diff, ci = paired_difference(
-                    [finals[(a, budget)][p] for p in shared],
-                    [finals[(b, budget)][p] for p in shared],
-                )
-                out.append(_pair(budget, a, b, shared, diff, ci))
         for m in methods:
             shared = sorted(finals[(m, budget)].keys() & single.keys())
             if shared:
@@ -169,12 +198,21 @@ def _pair(
     }
 
 
-def capture_vs_rho(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The study's regression of headroom capture h on ρ_v across (method, budget)."""
-    fit = linear_fit([r["rho_v"] for r in rows], [r["capture"] for r in rows])
-    if fit is None:
-        return None
-    return {"slope": fit.slope, "intercept": fit.intercept, "r2": fit.r2, "points": fit.points}
+def capture_vs_rho(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The study's regression of headroom capture h on ρ_v over budgets, per family (the
+    study fits best-of-N; pooling families mixes different exploitation steps): best-of-N
+    first, then the others that have at least three points."""
+    out: dict[str, Any] = {}
+    families = sorted({r["method"].split(":")[0] for r in rows}, key=lambda f: (f != "bon", f))
+    for family in families:
+        mine = [r for r in rows if r["method"].split(":")[0] == family]
+        xs = [r["rho_v"] if r["rho_v"] is not None else math.nan for r in mine]
+        ys = [r["capture"] if r["capture"] is not None else math.nan for r in mine]
+        fit = linear_fit(xs, ys)
+        if fit is not None:
+            out[family] = {"slope": fit.slope, "intercept": fit.intercept, "r2": fit.r2,
+                           "points": fit.points}  # fmt: skip
+    return out
 
 
 def _fmt(x: Any, pct: bool = False) -> str:
@@ -199,7 +237,8 @@ RHO_LABEL = {
 def markdown_table(summary: dict[str, Any]) -> str:
     rows = summary["rows"]
     head = (
-        "| method | budget | tokens (±) | final Q [95% CI] | oracle Q* | single μ | "
+        "| method | budget | tokens (overshoot MAE / max / spread) | final Q [95% CI] | "
+        "oracle Q* | single μ | "
         "headroom Q*−μ | Q−Q* | capture h | ρ_v (pools) | diversity (cos dist) | "
         "garbage judge/grade | explore share |\n" + "|---" * 13 + "|"
     )
@@ -211,7 +250,9 @@ def markdown_table(summary: dict[str, Any]) -> str:
             rho = f"{rho} ({r['rho_v_pools']})" + ("" if label == "ρ_v" else f" {label}")
         lines.append(
             f"| {r['method']} | {r['budget']:,} | {r['tokens']:.0f} "
-            f"({_fmt(r['budget_error'], True)}) | {_fmt(r['final'], True)}{_ci(r['final_ci95'])} "
+            f"({_fmt(r['overshoot_mae'], True)} / {_fmt(r['overshoot_max'], True)} / "
+            f"{_fmt(r['overshoot_spread'], True)}) | {_fmt(r['final'], True)}"
+            f"{_ci(r['final_ci95'])} "
             f"| {_fmt(r['oracle'], True)} | {_fmt(r['single'], True)} | "
             f"{_fmt(r['headroom'], True)} | {_fmt(r['net_exploitation'], True)} | "
             f"{_fmt(r['capture'], True)} | {rho} | {_fmt(r['diversity'])} | "
@@ -228,11 +269,27 @@ def markdown_table(summary: dict[str, Any]) -> str:
             "The verifier and the grader are the same model behind the same endpoint: the ρ "
             "column is its self-agreement, not ρ_v. Pass --grader-url/--grader-model."
         )
-    fit = summary.get("h_vs_rho_v")
-    if fit:
+    for family, fit in (summary.get("h_vs_rho_v") or {}).items():
         notes.append(
-            f"h vs ρ_v over {fit['points']} (method, budget) rows: h = {fit['intercept']:.2f} + "
+            f"h vs ρ_v for {family} over {fit['points']} budgets: h = {fit['intercept']:.2f} + "
             f"{fit['slope']:.2f}·ρ_v, R² = {fit['r2']:.2f}."
+        )
+    small = [r for r in rows if r.get("capture_note")]
+    if small:
+        notes.append(
+            "Capture h not reported (–) where the headroom Q*−μ is below 0.05: "
+            + "; ".join(f"{r['method']}@{r['budget']:,} ({r['capture_note']})" for r in small)
+        )
+    matched = [p for p in summary["paired"] if p["b"] != SINGLE]
+    if matched:
+        notes.append(
+            "Methods compared at matched actual spend (mean tokens within ±10%, nominal budgets "
+            "may differ), paired by problem, 95% CI: "
+            + "; ".join(
+                f"{p['a']}@{p['tokens_a']:,.0f} − {p['b']}@{p['tokens_b']:,.0f} tokens "
+                f"{100 * p['diff']:+.0f}{_ci(p['ci95'])}"
+                for p in matched
+            )
         )
     paired = [p for p in summary["paired"] if p["b"] == SINGLE]
     if paired:
@@ -309,4 +366,9 @@ def write_report(
     (out / "table.md").write_text(f"# {title}\n\n{table}\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     png = plot(summary["rows"], out / "quality_vs_tokens.png", title)
-    return {**summary, "table": table, "plot": str(png) if png else None}
+    return {
+        **summary,
+        "table": table,
+        "table_path": str(out / "table.md"),
+        "plot": str(png) if png else None,
+    }
