@@ -59,13 +59,15 @@ async def test_stream_then_requests_survive_the_server_closing_the_connection(in
 @pytest.mark.integration
 async def test_one_full_rse_round_with_real_distillation(installed):
     cfg = RSEConfig(
-        rounds=1, k=2, max_tokens=160, distill_max_tokens=1024, distill_retries=0, seed=3
-    )
+        rounds=1, k=2, max_tokens=160, distill_max_tokens=1024, distill_retries=0, seed=3,
+        distill_final_round=True,  # one round: distil it anyway, that is what is tested here
+    )  # fmt: skip
     async with LocalServer(MODEL, parallel=2) as srv, LLMClient(srv.base_url, srv.model_name) as c:
         rse = RSE(c, Encoder(providers=["CPUExecutionProvider"]), cfg)
         result = await rse.solve("What is 12 + 30?", gold="42")
     r1 = result.rounds[0]
-    assert r1.failed_rollouts == 0 and all(x.text for x in r1.rollouts)
+    assert r1.failed_rollouts == 0, [x.error for x in r1.rollouts]
+    assert all(x.text for x in r1.rollouts), [x.text for x in r1.rollouts]
     assert all(x.distill in ("ok", "unparseable") for x in r1.rollouts)
     ok = [x for x in r1.rollouts if x.distill == "ok"]
     assert r1.unparseable == 2 - len(ok)

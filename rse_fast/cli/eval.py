@@ -4,7 +4,6 @@ DIR…`` merges results (shards) into one table and plot."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import sys
 from typing import Any
@@ -90,6 +89,8 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio  # here, not at the top: `rse-fast --help` never loads it
+
     report = merge_report(args) if args.action == "report" else asyncio.run(evaluate(args))
     print(report["table"])
     print(f"table: {report['table_path']}")

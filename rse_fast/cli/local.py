@@ -4,7 +4,6 @@ start when no server URL is configured."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import sys
 import time
@@ -27,6 +26,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+
     from rse_fast.local.build import build_server
     from rse_fast.local.models import fetch_model
     from rse_fast.local.server import LocalServer, serve_forever, setup
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
     )
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(server, on_ready=announce))
+        __import__("asyncio").run(serve_forever(server, on_ready=announce))
     return 0
 
 

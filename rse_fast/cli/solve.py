@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import sys
@@ -125,6 +124,8 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio  # here, not at the top: `rse-fast --help` never loads it
+
     result, bank = asyncio.run(solve(args))
     if args.json:
         data = result.to_dict()
