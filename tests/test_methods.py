@@ -102,3 +102,42 @@ async def test_rse_sizes_rounds_and_k_to_the_budget(encoder):
         assert abs(res.budget_error) <= 0.10, res.tokens
         assert res.meta["rounds"] >= 2  # the bank is always used at least once
     assert len(large.pool) > len(small.pool)
+
+
+async def test_reward_model_goes_through_the_transport_with_retries_and_the_ledger():
+    """The scoring API is called through the one transport: a 503 is retried with backoff,
+    the connection is pooled, and the call is booked under ``judge`` with its latency; a reply
+    without a number scores None."""
+    import aiohttp.web
+
+    from rse_fast.llm import LLMClient
+    from rse_fast.methods import HTTPRewardModel
+
+    seen: list[dict] = []
+
+    async def score(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        seen.append(await request.json())
+        if len(seen) == 1:
+            return aiohttp.web.json_response({"error": "busy"}, status=503)
+        if seen[-1]["response"] == "garbage":
+            return aiohttp.web.json_response({"nope": 1})
+        return aiohttp.web.json_response({"score": 0.75})
+
+    app = aiohttp.web.Application()
+    app.router.add_post("/score", score)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    reward = HTTPRewardModel(f"http://127.0.0.1:{port}/score", timeout_s=5)
+    try:
+        async with LLMClient("http://127.0.0.1:9/v1", "m") as client:
+            assert await reward.score(client, "2+2?", "4") == 0.75
+            assert await reward.score(client, "2+2?", "garbage") is None
+            judged = [r for r in client.ledger.records if r.role == "judge"]
+            assert len(judged) == 2 and all(r.latency_s > 0 for r in judged)
+    finally:
+        await reward.close()
+        await runner.cleanup()
+    assert len(seen) == 3  # the 503 was retried once

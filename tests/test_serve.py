@@ -208,7 +208,22 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
+#: Nesting as deep as an attacker likes, and bodies over the size limit.
+deep_or_huge = st.one_of(
+    st.integers(65, 200_000).map(lambda n: b"[" * n + b"]" * n),
+    st.integers(65, 5_000).map(
+        lambda n: (
+            b'{"model": "x", "messages": [{"role": "user", "content": "hi"}], "x": '
+            + b'{"a":' * n
+            + b"1"
+            + b"}" * n
+            + b"}"
+        )
+    ),
+    st.integers(0, 2).map(lambda k: b'{"model": "x", "messages": "' + b"x" * (2 << 20) + b'"}'),
+)
 bodies = st.one_of(
+    deep_or_huge,
     st.binary(max_size=200),
     json_values.map(lambda v: json.dumps(v).encode()),
     st.fixed_dictionaries(
