@@ -182,3 +182,16 @@ def test_methods_pair_only_at_matched_actual_spend():
             r["tokens"] = 1050
     matched = [r for r in paired_rows(recs) if {r["a"], r["b"]} == {"sc", "bon"}]
     assert len(matched) == 1 and matched[0]["tokens_b"] == 1000
+
+
+def test_rho_v_is_labelled_by_the_verifier_actually_used():
+    from rse_fast.eval.report import verifier_kind
+    from rse_fast.eval.runner import verifier_of
+    from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
+
+    bon = make_method("bon", judge=HTTPRewardModel("http://rm:9/score"))
+    assert verifier_of(bon) == "reward:http://rm:9/score"
+    assert verifier_of(make_method("bon", judge=LLMJudge())) is None  # the plan's judge
+    assert verifier_kind([{"verifier": "reward:http://rm:9/score"}]) == "reward model"
+    assert verifier_kind([{"verifier": "http://j:1/v1#judge"}]) == "LLM judge"
+    assert verifier_kind([{"verifier": None}]) is None

@@ -57,6 +57,14 @@ def rho_kind(recs: list[dict[str, Any]]) -> str | None:
     return "verifier-vs-grader"
 
 
+def verifier_kind(recs: list[dict[str, Any]]) -> str | None:
+    """What scored the candidates behind ρ_v: a reward model, or the LLM judge."""
+    names = {str(r.get("verifier")) for r in recs if r.get("verifier")}
+    if not names:
+        return None
+    return "reward model" if all(n.startswith("reward:") for n in names) else "LLM judge"
+
+
 def pool_oracle(r: dict[str, Any], noisy: bool) -> float:
     """Q* of one pool: the plain max for exact grades, the closed-form correction for noisy
     ones (falling back to the max when too few candidates have two readings)."""
@@ -119,6 +127,7 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "rho_v": sum(rhos) / len(rhos) if rhos else None,
                 "rho_v_pools": len(rhos),
                 "rho_v_kind": rho_kind(recs),
+                "verifier_kind": verifier_kind(recs),
                 "diversity": mean([r["diversity"] for r in recs]),
                 "judge_garbage": sum(int(r.get("judge_garbage", 0)) for r in recs),
                 "grade_garbage": sum(int(r.get("grade_garbage", 0)) for r in recs),
@@ -247,7 +256,8 @@ def markdown_table(summary: dict[str, Any]) -> str:
         rho = _fmt(r["rho_v"])
         if r["rho_v"] is not None:
             label = RHO_LABEL.get(r["rho_v_kind"] or "", "ρ_v")
-            rho = f"{rho} ({r['rho_v_pools']})" + ("" if label == "ρ_v" else f" {label}")
+            by = f", {r['verifier_kind']}" if r.get("verifier_kind") else ""
+            rho = f"{rho} ({r['rho_v_pools']}{by})" + ("" if label == "ρ_v" else f" {label}")
         lines.append(
             f"| {r['method']} | {r['budget']:,} | {r['tokens']:.0f} "
             f"({_fmt(r['overshoot_mae'], True)} / {_fmt(r['overshoot_max'], True)} / "

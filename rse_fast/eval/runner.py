@@ -90,6 +90,7 @@ async def record_for(
     result: MethodResult,
     plan: EvalPlan,
     encoder: Encoder | None,
+    verifier: str | None = None,
 ) -> dict[str, Any]:
     pool = result.pool
     texts = [c.text for c in pool] + ([result.final.text] if result.final else [])
@@ -121,7 +122,7 @@ async def record_for(
         "judge_garbage": sum(1 for j in judge if j != j) if any(c.scores for c in pool) else 0,
         "grade_garbage": sum(1 for x in q1 + q2 if x != x),
         "rho_v": spearman(judge, pool_truth) if any(j == j for j in judge) else None,
-        "verifier": plan.verifier if any(c.scores for c in pool) else None,
+        "verifier": (verifier or plan.verifier) if any(c.scores for c in pool) else None,
         "grader": _grader_name(ds, plan),
         "diversity": diversity,
         "meta": {k: v for k, v in result.meta.items() if k != "scorer"},
@@ -202,7 +203,7 @@ async def run_eval(
                 if not todo:
                     continue
                 for res in await _run_method(method, problem, todo, client):
-                    rec = await record_for(ds, problem, res, plan, encoder)
+                    rec = await record_for(ds, problem, res, plan, encoder, verifier_of(method))
                     append_record(fh, rec)
                     tick(
                         f"{problem.id} {method.name} @{res.budget}: {rec['tokens']} tokens, "
@@ -223,6 +224,14 @@ def _clock(seconds: float) -> str:
         if seconds >= 3600
         else (f"{seconds // 60}m{seconds % 60:02d}s")
     )
+
+
+def verifier_of(method: Method) -> str | None:
+    """Who scored a method's candidates, when it is not the plan's judge: a reward model is
+    named ``reward:<url>`` (so ρ_v is labelled by the verifier actually used)."""
+    judge = getattr(method, "judge", None)
+    url = getattr(judge, "url", None)
+    return f"reward:{url}" if isinstance(url, str) else None
 
 
 async def _run_method(
