@@ -141,3 +141,37 @@ async def test_reward_model_goes_through_the_transport_with_retries_and_the_ledg
         await reward.close()
         await runner.cleanup()
     assert len(seen) == 3  # the 503 was retried once
+
+
+async def test_best_of_n_makes_no_judge_call_when_every_sample_is_the_same():
+    from rse_fast.llm import LLMClient
+    from rse_fast.methods import Problem, make_method
+    from rse_fast.testing import ScriptedServer
+
+    async with ScriptedServer(default_reply="It is \\boxed{4}.") as srv:
+        async with LLMClient(srv.base_url, "m") as client:
+            res = await make_method("bon", parallel=4, max_tokens=32).run(
+                Problem("p", "2+2?", "4"), 1500, client
+            )
+    judged = [b for b in srv.requests if "Rate it" in b["messages"][-1]["content"]]
+    assert not judged and res.meta["judge_calls"] == 0 and len(res.pool) > 4
+    assert res.final is not None and res.final.answer == "4"
+
+
+async def test_best_of_n_judges_each_distinct_text_once_when_a_second_one_appears():
+    from rse_fast.llm import LLMClient
+    from rse_fast.methods import Problem, make_method
+    from rse_fast.testing import ScriptedServer
+
+    def two_texts(body, index):
+        if "Rate it" in body["messages"][-1]["content"]:
+            return '{"score": 7}'
+        return "It is \\boxed{4}." if int(body.get("seed") or 0) % 5 else "It is \\boxed{5}."
+
+    async with ScriptedServer(default_reply=two_texts) as srv:
+        async with LLMClient(srv.base_url, "m") as client:
+            res = await make_method("bon", parallel=4, max_tokens=32).run(
+                Problem("p", "2+2?", "4"), 2000, client
+            )
+    judged = [b for b in srv.requests if "Rate it" in b["messages"][-1]["content"]]
+    assert len(judged) == 2 and res.meta["judge_calls"] == 2

@@ -193,21 +193,26 @@ async def test_first_wave_fans_out_at_once(name):
 
 
 async def test_each_distinct_candidate_is_judged_once():
-    def same(body: dict, index: int) -> str:
+    """Two distinct replies among many samples: one judge call per distinct text, every
+    duplicate a zero-token reuse in the ledger (with one distinct text, no call at all:
+    tests/test_methods.py)."""
+
+    def two(body: dict, index: int) -> str:
         if is_judge(body):
             return json.dumps({"score": 7})
-        return "Always the same: \\boxed{42}"
+        seed = int(body.get("seed") or 0)
+        return "Always the same: \\boxed{42}" if seed % 4 else "Another: \\boxed{41}"
 
-    async with ScriptedServer(default_reply=same) as srv:
+    async with ScriptedServer(default_reply=two) as srv:
         async with LLMClient(srv.base_url, "m") as c:
             res = await make_method("bon", parallel=4, max_tokens=64).run(
                 Problem("p", PROBLEM, GOLD), 3000, c
             )
     judged = [b for b in srv.requests if is_judge(b)]
-    assert len(judged) == 1 and len(res.pool) > 4
-    assert res.meta["judge_reused"] == len(res.pool) - 1
+    assert len(judged) == 2 and len(res.pool) > 4
+    assert res.meta["judge_reused"] == len(res.pool) - 2
     reused = [r for r in res.ledger.records if r.usage_source == "reused"]
-    assert len(reused) == len(res.pool) - 1 and all(r.total_tokens == 0 for r in reused)
+    assert len(reused) == len(res.pool) - 2 and all(r.total_tokens == 0 for r in reused)
     assert all(p.scores["judge"] == 7 for p in res.pool)
 
 

@@ -282,10 +282,17 @@ class BestOfN(Method):
             more = part >= 0.5 if done == 0 else buys_part_unit(part, units)
             return n + more - done
 
+        deferred: list[tuple[Candidate, int]] = []  # judged once a second distinct text comes
+
         async def unit(i: int) -> Candidate:
             cand = await sample(self, c, problem, i)
             scorer.claim(cand.text)
-            judging.append(asyncio.ensure_future(self._judge(c, scorer, cand, i)))
+            if scorer.distinct < 2:  # one distinct text so far: nothing to choose between
+                deferred.append((cand, i))
+                return cand
+            for waiting, k in [*deferred, (cand, i)]:
+                judging.append(asyncio.ensure_future(self._judge(c, scorer, waiting, k)))
+            deferred.clear()
             return cand
 
         spend = Spend(c.ledger, budget)
@@ -316,7 +323,10 @@ class BestOfN(Method):
             ratio = mean_tokens("judge", judge_guess) / judge_guess
             self.judge_ratio = blend(self.judge_ratio, ratio)
         result = await off_loop(self._select, pool, budget, c.ledger)
-        result.meta.update(judge_calls=scorer.calls, judge_reused=scorer.reused)
+        if result.final is None and pool and scorer.distinct == 1:
+            result.final = pool[0]  # every sample said the same: no judge call was needed
+        result.meta.update(judge_calls=scorer.calls, judge_reused=scorer.reused,
+                           judged_none_single_text=scorer.distinct == 1)  # fmt: skip
         return result
 
     def _select(self, pool: list[Candidate], budget: int, ledger: Ledger) -> MethodResult:
