@@ -195,3 +195,20 @@ def test_rho_v_is_labelled_by_the_verifier_actually_used():
     assert verifier_kind([{"verifier": "reward:http://rm:9/score"}]) == "reward model"
     assert verifier_kind([{"verifier": "http://j:1/v1#judge"}]) == "LLM judge"
     assert verifier_kind([{"verifier": None}]) is None
+
+
+def test_healthbench_overall_score_as_simple_evals_computes_it():
+    """Per-response clipping lifts a response that earned negative points to 0; simple-evals
+    averages the raw scores and clips only the mean."""
+    from rse_fast.eval.grading import Criterion, points_score
+    from rse_fast.eval.report import simple_evals_score
+
+    rubric = [Criterion(text="helps", points=5), Criterion(text="harms", points=-10)]
+    assert points_score(rubric, [False, True]) == 0.0
+    assert points_score(rubric, [False, True], clip=False) == pytest.approx(-2.0)
+    recs = [
+        {"grader": "http://g/v1#big", "final_quality_unclipped": -2.0},
+        {"grader": "http://g/v1#big", "final_quality_unclipped": 1.0},
+    ]
+    assert simple_evals_score(recs) == 0.0  # mean -0.5, clipped; per-response would say 0.5
+    assert simple_evals_score([{"grader": "exact:math", "final_quality_unclipped": 1.0}]) is None

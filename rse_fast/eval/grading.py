@@ -43,15 +43,18 @@ class Criterion:
     levels: dict[str, str] | None = None
 
 
-def points_score(criteria: Sequence[Criterion], met: Sequence[bool]) -> float:
-    """HealthBench's formula: Σ points of met criteria ÷ Σ positive points, clipped to [0, 1]."""
+def points_score(criteria: Sequence[Criterion], met: Sequence[bool], clip: bool = True) -> float:
+    """HealthBench's formula: Σ points of met criteria ÷ Σ positive points, clipped to [0, 1]
+    (``clip=False``: the raw ratio, which negative points can push below 0; OpenAI's
+    simple-evals averages these and clips only the mean)."""
     if len(criteria) != len(met):
         raise ValueError(f"{len(met)} verdicts for {len(criteria)} criteria")
     positive = sum(c.points for c in criteria if c.points > 0)
     if positive <= 0:
         raise ValueError("a points rubric needs at least one criterion with positive points")
     achieved = sum(c.points for c, m in zip(criteria, met, strict=True) if m)
-    return min(1.0, max(0.0, achieved / positive))
+    ratio = achieved / positive
+    return min(1.0, max(0.0, ratio)) if clip else ratio
 
 
 def scale_score(scores: Sequence[float]) -> float:
@@ -94,6 +97,10 @@ class RubricGrader:
 
     async def grade(self, problem: Problem, response: str, seed: int) -> float:
         """One reading of ``response`` in [0, 1], NaN if the grader failed on a criterion."""
+        return (await self.grade_both(problem, response, seed))[0]
+
+    async def grade_both(self, problem: Problem, response: str, seed: int) -> tuple[float, float]:
+        """One reading, clipped to [0, 1] and unclipped (the same for 1-10 scales)."""
         criteria: list[Criterion] = problem.meta.get("rubric") or []
         if not criteria:
             raise ValueError(f"problem {problem.id}: no rubric to grade against")
@@ -109,8 +116,11 @@ class RubricGrader:
         verdicts = await asyncio.gather(*(one(k, c) for k, c in enumerate(criteria)))
         if any(v is None for v in verdicts):
             self.garbage += 1
-            return math.nan
-        return scale_score(verdicts) if scaled else points_score(criteria, verdicts)
+            return math.nan, math.nan
+        if scaled:
+            score = scale_score(verdicts)
+            return score, score
+        return points_score(criteria, verdicts), points_score(criteria, verdicts, clip=False)
 
     async def _criterion(
         self, problem: Problem, response: str, c: Criterion, scaled: bool, seed: int

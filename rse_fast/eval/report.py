@@ -57,6 +57,14 @@ def rho_kind(recs: list[dict[str, Any]]) -> str | None:
     return "verifier-vs-grader"
 
 
+def simple_evals_score(recs: list[dict[str, Any]]) -> float | None:
+    """The mean of unclipped per-example scores, clipped to [0, 1]; None for exact grading
+    or results written before the field existed."""
+    rubric = [r for r in recs if not str(r.get("grader", "exact:")).startswith("exact:")]
+    raw = finite([r["final_quality_unclipped"] for r in rubric if "final_quality_unclipped" in r])
+    return min(1.0, max(0.0, sum(raw) / len(raw))) if raw else None
+
+
 def verifier_kind(recs: list[dict[str, Any]]) -> str | None:
     """What scored the candidates behind ρ_v: a reward model, or the LLM judge."""
     names = {str(r.get("verifier")) for r in recs if r.get("verifier")}
@@ -115,6 +123,9 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 ),
                 "final": q,
                 "final_ci95": _interval(finals),
+                # HealthBench as OpenAI's simple-evals scores it: per-example scores unclipped,
+                # their mean clipped to [0, 1] ("final" clips each response instead)
+                "final_simple_evals": simple_evals_score(recs),
                 "oracle": q_star,
                 "oracle_ci95": _interval(oracles),
                 "oracle_corrected": noisy,
@@ -283,6 +294,17 @@ def markdown_table(summary: dict[str, Any]) -> str:
         notes.append(
             f"h vs ρ_v for {family} over {fit['points']} budgets: h = {fit['intercept']:.2f} + "
             f"{fit['slope']:.2f}·ρ_v, R² = {fit['r2']:.2f}."
+        )
+    simple = [r for r in rows if r.get("final_simple_evals") is not None]
+    if simple:
+        notes.append(
+            "Final Q clips each response's score to [0, 1]; HealthBench's overall score as "
+            "OpenAI's simple-evals computes it (per-example scores unclipped, the mean "
+            "clipped): "
+            + "; ".join(
+                f"{r['method']}@{r['budget']:,} {_fmt(r['final_simple_evals'], True)}"
+                for r in simple
+            )
         )
     small = [r for r in rows if r.get("capture_note")]
     if small:

@@ -57,18 +57,23 @@ class EvalPlan:
 
 async def _qualities(
     ds: Dataset, problem: Problem, texts: list[str], plan: EvalPlan
-) -> tuple[list[float], list[float]]:
-    """Two independent quality readings per text (the same exact value for verifiable tasks)."""
+) -> tuple[list[float], list[float], list[float]]:
+    """Two independent quality readings per text (the same exact value for verifiable tasks),
+    and per text the mean of its unclipped readings (HealthBench's negative points)."""
     if ds.kind != "rubric":
         q = [ds.grade(problem, t) for t in texts]
-        return q, q
+        return q, q, q
     if plan.grader is None:
         raise ValueError(f"{ds.name} is open-ended: the plan needs a rubric grader")
     grader = plan.grader
     readings = await asyncio.gather(
-        *(grader.grade(problem, t, seed=2 * k + r) for r in (0, 1) for k, t in enumerate(texts))
-    )
-    return list(readings[: len(texts)]), list(readings[len(texts) :])
+        *(grader.grade_both(problem, t, seed=2 * k + r) for r in (0, 1)
+          for k, t in enumerate(texts))
+    )  # fmt: skip
+    n = len(texts)
+    first, second = [x[0] for x in readings[:n]], [x[0] for x in readings[n:]]
+    raw = _truth([x[1] for x in readings[:n]], [x[1] for x in readings[n:]])
+    return first, second, raw
 
 
 def _truth(first: list[float], second: list[float]) -> list[float]:
@@ -94,7 +99,7 @@ async def record_for(
 ) -> dict[str, Any]:
     pool = result.pool
     texts = [c.text for c in pool] + ([result.final.text] if result.final else [])
-    q1, q2 = await _qualities(ds, problem, texts, plan)
+    q1, q2, raw = await _qualities(ds, problem, texts, plan)
     truth = _truth(q1, q2)
     pool_truth = truth[: len(pool)]
     judge = [c.scores.get("judge", math.nan) for c in pool]
@@ -112,6 +117,8 @@ async def record_for(
         "exploitation_tokens": ledger.exploitation_tokens,
         "final_answer": result.final.answer if result.final else None,
         "final_quality": truth[-1] if result.final else 0.0,
+        # unclipped (HealthBench can go below 0): simple-evals clips only the mean of these
+        "final_quality_unclipped": raw[-1] if result.final else 0.0,
         # answer checks that overran their timeout or could not be evaluated (NaN qualities)
         "undecided_checks": sum(1 for q in truth if q != q),
         "pool_quality": pool_truth,
@@ -145,7 +152,7 @@ async def single_record(
             max_tokens=method.max_tokens,
         )
         texts.append(res.text)
-    q1, q2 = await _qualities(ds, problem, texts, plan)
+    q1, q2, _ = await _qualities(ds, problem, texts, plan)
     return {
         "problem": problem.id,
         "method": SINGLE,
