@@ -260,15 +260,15 @@ class BestOfN(Method):
             """More samples the budget buys: n samples cost n·s plus a judge call for each
             of max(distinct so far, distinct share × n) candidates; the first wave rounds to
             the nearest n, later ones buy a part sample only as ``buys_part_unit`` says.
-            The share is the earlier runs' (this run's own once it has samples and no prior:
-            it falls as duplicates come, never assuming fewer than it has seen)."""
+            The share is the earlier runs' until two waves of this run are in, then this
+            run's own (it falls as duplicates come, never assuming fewer than it has seen)."""
             s = max(1.0, mean_tokens("explore", self.planned_cost(per_sample)))
             # a judge call reads the problem and one response: before one has been measured,
             # a sample's cost plus the judge's own template and reply
             fresh = s + JUDGE_OVERHEAD_TOKENS
             j = mean_tokens("judge", judge_guess * self.judge_ratio if self.judge_ratio else fresh)
             share = self.distinct_prior
-            if share is None:
+            if share is None or done >= 2 * self.parallel:  # two waves in: this run's own
                 share = scorer.distinct / done if done else 1.0
 
             def total(n: int) -> float:
