@@ -12,9 +12,14 @@ samples and C calls in flight. Each side's wall time is divided by the structura
 path ⌈N/C⌉·L per problem (best-of-N adds ⌈D/C⌉·L for judging its D distinct candidates), its
 CPU time by the HTTP calls the server counted. its_hub's budget is N generations; ours is the
 token cost of N samples (and, for best-of-N, of their judging) measured once before the grid,
-so our methods size their waves themselves, from no prior at the first problem (its first
-wave is sized from the completion cap: smaller, so that problem takes an extra layer or two;
-``wall_ratio_after_first_problem`` leaves that cold start out, the headline ratio keeps it).
+so our methods size their waves themselves. Each worker is a fresh process. ``ours`` reads the
+cost priors an earlier process left in its store (``PriorStore``, as a user's second script
+would: the store is primed once per method on other problems before the grid, then every
+cell reads and updates it); ``ours_first_contact`` starts each cell with an empty store (a
+server never seen: its first wave is sized from the completion cap, smaller, so that problem
+takes an extra layer or two). The headline ratio is ``ours``; both are kept.
+``bon-same`` is best-of-N on a server whose replies are all the same: no judge call is
+needed, and each side's HTTP calls are counted.
 
 *Quality at equal tokens* (full run): the local model on a seeded reasoning-gym task where
 single samples are right 30-70%; its self-consistency at N samples (its documented boxed-answer
@@ -63,8 +68,8 @@ def peers_python() -> str:
     return str(python)
 
 
-def scripted_reply() -> Any:
-    """Three distinct solutions in turn (so judging each distinct one once matters) and a
+def scripted_reply(distinct: int = 3) -> Any:
+    """``distinct`` solutions in turn (so judging each distinct one once matters) and a
     judge that understands both libraries' judge prompts."""
     counter = iter(range(10**9))
 
@@ -73,16 +78,16 @@ def scripted_reply() -> Any:
         last = str(body["messages"][-1].get("content") or "")
         if first.startswith(JUDGE_SYSTEM[:40]) or last.startswith("Score the following"):
             return json.dumps({"score": 8 if "{42}" in last else 4, "reasoning": "checked"})
-        k = next(counter) % 3
+        k = next(counter) % distinct
         answer = ("42", "41", "42")[k]
         return f"Variant {k}: six times seven, checked twice, is \\boxed{{{answer}}}."
 
     return reply
 
 
-def problems(count: int) -> list[dict[str, Any]]:
+def problems(count: int, first: int = 0) -> list[dict[str, Any]]:
     out = []
-    for i in range(count):
+    for i in range(first, first + count):
         prompt = f"Problem {i}: what is 6 times 7?"
         out.append({"id": f"p{i}", "prompt": prompt, "messages": solve_messages(prompt)})
     return out
@@ -110,6 +115,7 @@ async def run_worker(
     probs: list,
     model: str = "m",
     max_tokens: int = MAX_TOKENS,
+    priors: Path | None = None,
 ) -> dict:
     """One side in its own process; awaited, so a scripted server in this loop serves it."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,6 +125,8 @@ async def run_worker(
                "--method", method, "--n", str(n), "--concurrency", str(conc),
                "--max-tokens", str(max_tokens),
                "--problems", str(pfile), "--out", str(ofile)]  # fmt: skip
+        if priors is not None:
+            cmd += ["--priors", str(priors)]
         env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if side == "ours" else None
         proc = await asyncio.create_subprocess_exec(*cmd, env=env)
         if await proc.wait() != 0:
@@ -126,59 +134,85 @@ async def run_worker(
         return json.loads(ofile.read_text())
 
 
-async def overhead(grid_n: list[int], grid_c: list[int], count: int) -> list[dict[str, Any]]:
+#: (method, N, C, distinct replies) of the quick and full grids
+QUICK_GRID = [("sc", 8, 4, 3), ("sc", 8, 32, 3), ("bon", 8, 4, 3), ("bon", 8, 32, 3),
+              ("bon-same", 32, 4, 1)]  # fmt: skip
+FULL_GRID = [(m, n, c, 3) for m in ("sc", "bon") for n in (8, 32) for c in (4, 32)] + [
+    ("bon-same", 32, 4, 1),
+    ("bon-same", 32, 32, 1),
+]
+SIDES = ("its_hub", "ours", "ours_first_contact")
+
+
+async def overhead(grid: list[tuple[str, int, int, int]], count: int) -> list[dict[str, Any]]:
     python = peers_python()
     rows = []
-    async with ScriptedServer(default_reply=scripted_reply(), latency=LATENCY_S) as srv:
-        sample, judge = await unit_costs(srv.base_url)
-        for method in ("sc", "bon"):
-            for n in grid_n:
-                for conc in grid_c:
-                    per = sample + (judge * 3 / n if method == "bon" else 0)  # 3 distinct
-                    probs = [{**p, "budget": n * per} for p in problems(count)]
-                    gen_layers = math.ceil(n / conc)
-                    judge_layers = math.ceil(min(3, n) / conc) if method == "bon" else 0
-                    critical = count * (gen_layers + judge_layers) * LATENCY_S
-                    row: dict[str, Any] = {
-                        "method": method, "n": n, "concurrency": conc, "problems": count,
-                        "critical_path_s": critical,
-                    }  # fmt: skip
-                    for side in ("its_hub", "ours"):
-                        calls_before = len(srv.requests)
-                        interpreter = python if side == "its_hub" else sys.executable
-                        out = await run_worker(
-                            interpreter, side, srv.base_url, method, n, conc, probs
-                        )
-                        calls = len(srv.requests) - calls_before
-                        later = [r["wall_s"] for r in out["results"][1:]]
-                        row[side] = {
-                            "wall_s": out["wall_s"],
-                            "first_problem_wall_s": out["results"][0]["wall_s"],
-                            "later_problems_wall_s": sum(later),
-                            "wall_over_critical_path": out["wall_s"] / critical,
-                            "http_calls": calls,
-                            "cpu_us_per_call": 1e6 * out["cpu_s"] / max(1, calls),
-                            "tokens_per_problem": sum(r["tokens"] or 0 for r in out["results"])
-                            / count,
-                        }
-                    row["wall_ratio_vs_its_hub"] = row["ours"]["wall_s"] / row["its_hub"]["wall_s"]
-                    # without the cold start: our first problem has no prior to size its waves
-                    row["wall_ratio_after_first_problem"] = (
-                        row["ours"]["later_problems_wall_s"]
-                        / row["its_hub"]["later_problems_wall_s"]
-                    )
-                    row["cpu_ratio_vs_its_hub"] = (
-                        row["ours"]["cpu_us_per_call"] / row["its_hub"]["cpu_us_per_call"]
-                    )
-                    print(
-                        f"{method} N={n} C={conc}: wall ours/its_hub "
-                        f"{row['wall_ratio_vs_its_hub']:.3f}, CPU/call "
-                        f"{row['cpu_ratio_vs_its_hub']:.2f}, calls {row['ours']['http_calls']} vs "
-                        f"{row['its_hub']['http_calls']}",
-                        file=sys.stderr,
-                    )
-                    rows.append(row)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "priors.json"
+        for distinct in sorted({g[3] for g in grid}, reverse=True):
+            reply = scripted_reply(distinct)
+            async with ScriptedServer(default_reply=reply, latency=LATENCY_S) as srv:
+                sample, judge = await unit_costs(srv.base_url)
+                cells = [g for g in grid if g[3] == distinct]
+                for method in sorted({m.removesuffix("-same") for m, *_ in cells}):
+                    # an earlier process against this server: other problems, its priors kept
+                    prime = [{**p, "budget": 8 * sample} for p in problems(2, first=1000)]
+                    await run_worker(sys.executable, "ours", srv.base_url, method, 8, 4, prime,
+                                     priors=store)  # fmt: skip
+                for cell in cells:
+                    rows.append(await _cell(python, srv, cell, count, sample, judge, store, tmp))
     return rows
+
+
+async def _cell(
+    python: str, srv: Any, cell: tuple[str, int, int, int], count: int, sample: float,
+    judge: float, store: Path, tmp: str,
+) -> dict[str, Any]:  # fmt: skip
+    label, n, conc, distinct = cell
+    method = label.removesuffix("-same")
+    per = sample + (judge * distinct / n if method == "bon" and distinct > 1 else 0)
+    probs = [{**p, "budget": n * per} for p in problems(count)]
+    gen_layers = math.ceil(n / conc)
+    judged = min(distinct, n) if method == "bon" and distinct > 1 else 0
+    critical = count * (gen_layers + math.ceil(judged / conc)) * LATENCY_S
+    row: dict[str, Any] = {
+        "method": label, "n": n, "concurrency": conc, "problems": count,
+        "distinct_replies": distinct, "critical_path_s": critical,
+    }  # fmt: skip
+    for side in SIDES:
+        calls_before = len(srv.requests)
+        interpreter = python if side == "its_hub" else sys.executable
+        priors = {"ours": store, "ours_first_contact": Path(tmp) / f"empty-{label}-{n}-{conc}.json"}
+        out = await run_worker(
+            interpreter, side.removesuffix("_first_contact"), srv.base_url, method, n, conc,
+            probs, priors=priors.get(side),
+        )  # fmt: skip
+        calls = len(srv.requests) - calls_before
+        later = [r["wall_s"] for r in out["results"][1:]]
+        row[side] = {
+            "wall_s": out["wall_s"],
+            "first_problem_wall_s": out["results"][0]["wall_s"],
+            "later_problems_wall_s": sum(later),
+            "wall_over_critical_path": out["wall_s"] / critical,
+            "http_calls": calls,
+            "cpu_us_per_call": 1e6 * out["cpu_s"] / max(1, calls),
+            "tokens_per_problem": sum(r["tokens"] or 0 for r in out["results"]) / count,
+        }
+    ours, theirs = row["ours"], row["its_hub"]
+    row["wall_ratio_vs_its_hub"] = ours["wall_s"] / theirs["wall_s"]
+    row["calls_ratio_vs_its_hub"] = ours["http_calls"] / theirs["http_calls"]
+    row["wall_ratio_first_contact"] = row["ours_first_contact"]["wall_s"] / theirs["wall_s"]
+    row["wall_ratio_after_first_problem"] = (
+        ours["later_problems_wall_s"] / theirs["later_problems_wall_s"]
+    )
+    row["cpu_ratio_vs_its_hub"] = ours["cpu_us_per_call"] / theirs["cpu_us_per_call"]
+    print(
+        f"{label} N={n} C={conc}: wall ours/its_hub {row['wall_ratio_vs_its_hub']:.3f} "
+        f"(first contact {row['wall_ratio_first_contact']:.3f}), CPU/call "
+        f"{row['cpu_ratio_vs_its_hub']:.2f}, calls {ours['http_calls']} vs {theirs['http_calls']}",
+        file=sys.stderr,
+    )
+    return row
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -191,8 +225,15 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "latency_s": LATENCY_S,
         "grid": rows,
         "wall_ratio_vs_its_hub_max": max(r["wall_ratio_vs_its_hub"] for r in rows),
+        "wall_ratio_first_contact_max": max(r["wall_ratio_first_contact"] for r in rows),
         "wall_ratio_after_first_problem_max": max(
             r["wall_ratio_after_first_problem"] for r in rows
+        ),
+        "bon_identical_wall_ratio_max": max(
+            (r["wall_ratio_vs_its_hub"] for r in rows if r["distinct_replies"] == 1), default=None
+        ),
+        "bon_identical_calls_ratio_max": max(
+            (r["calls_ratio_vs_its_hub"] for r in rows if r["distinct_replies"] == 1), default=None
         ),
         "cpu_ratio_vs_its_hub": total_cpu["ours"] / total_cpu["its_hub"],
     }
@@ -241,24 +282,27 @@ def table(result: dict[str, Any]) -> str:
     """The grid and the quality run as the README shows them."""
     lines = [
         f"Overhead grid (scripted server, {int(result['latency_s'] * 1e3)} ms latency, "
-        "20 problems per cell, measured on a quiet machine):",
+        f"{result['grid'][0]['problems']} problems per cell; ``bon-same``: every reply "
+        "the same):",
         "",
         "| family | N | C | critical path s | ours wall s | its_hub wall s | ours ÷ its_hub | "
-        "same, after the first problem | HTTP calls ours / its_hub | "
+        "first contact ÷ its_hub | after the first problem | HTTP calls ours / its_hub | "
         "client CPU µs/call ours / its_hub |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["grid"]:
         o, t = r["ours"], r["its_hub"]
         lines.append(
             f"| {r['method']} | {r['n']} | {r['concurrency']} | {r['critical_path_s']:.1f} | "
             f"{o['wall_s']:.2f} | {t['wall_s']:.2f} | {r['wall_ratio_vs_its_hub']:.3f} | "
+            f"{r['wall_ratio_first_contact']:.3f} | "
             f"{r['wall_ratio_after_first_problem']:.3f} | {o['http_calls']} / {t['http_calls']} | "
             f"{o['cpu_us_per_call']:.0f} / {t['cpu_us_per_call']:.0f} |"
         )
     lines.append(
         f"\nWorst cell {result['wall_ratio_vs_its_hub_max']:.3f}× its_hub's wall time "
-        f"({result['wall_ratio_after_first_problem_max']:.3f}× after the first problem); "
+        f"({result['wall_ratio_first_contact_max']:.3f}× at first contact with the server, "
+        f"{result['wall_ratio_after_first_problem_max']:.3f}× after the first problem); "
         f"client CPU per call {result['cpu_ratio_vs_its_hub']:.2f}× its_hub's."
     )
     q = result.get("quality")
@@ -288,14 +332,14 @@ def main() -> None:
     args = ap.parse_args()
     started = time.perf_counter()
     if args.quick:
-        rows = asyncio.run(overhead([8], [4, 32], 5))
+        rows = asyncio.run(overhead(QUICK_GRID, 5))
         path = write_result("peers_quick", {**summary(rows), "quick": True})
     else:
         previous = read_result("peers")  # so one part can be re-run alone
         if args.quality_only:
             result = {k: v for k, v in previous.items() if k not in ("machine", "measured_at")}
         else:
-            result = summary(asyncio.run(overhead([8, 32], [4, 32], 20)))
+            result = summary(asyncio.run(overhead(FULL_GRID, 20)))
         if args.skip_quality:
             if "quality" in previous:
                 result["quality"] = previous["quality"]

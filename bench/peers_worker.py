@@ -65,11 +65,13 @@ async def its_hub_side(args: argparse.Namespace, problems: list[dict[str, Any]])
 
 async def our_side(args: argparse.Namespace, problems: list[dict[str, Any]]) -> list[dict]:
     from rse_fast.llm.client import LLMClient
-    from rse_fast.methods import Problem, make_method
+    from rse_fast.methods import PriorStore, Problem, make_method
 
     method = make_method(
         args.method, parallel=args.concurrency, max_tokens=args.max_tokens, temperature=0.7
     )
+    if args.priors:  # a process that has run against this server before reads what it measured
+        method.keep_priors(PriorStore(args.priors))
     out = []
     async with LLMClient(args.url, args.model, max_concurrency=args.concurrency) as client:
         for p in problems:
@@ -97,6 +99,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--problems", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--priors", help="ours: the cost-prior store (a JSON file)")
     args = ap.parse_args()
     problems = json.loads(Path(args.problems).read_text())
     side = its_hub_side if args.side == "its_hub" else our_side

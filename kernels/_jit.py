@@ -89,53 +89,6 @@ def first_exact_hit(
     return -1, np.nan
 
 
-@nb.njit(cache=True, nogil=True, parallel=True)
-def scan_one(
-    rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: float, chunk: int
-) -> tuple[int, float, float, int]:
-    """B=1 path: one parallel pass over the used rows, stopping at the first row >= τ.
-
-    Returns (hit_row, hit_sim, max_sim, max_row). A chunk is skipped only when a chunk with a
-    lower index already holds a hit, so the reported hit is always the lowest such row index,
-    whatever the thread timing: the result is deterministic.
-    """
-    n_chunks = (n + chunk - 1) // chunk
-    hit_row = np.full(n_chunks, -1, np.int64)
-    hit_sim = np.zeros(n_chunks, np.float64)
-    best = np.full(n_chunks, -np.inf, np.float64)
-    best_row = np.full(n_chunks, -1, np.int64)
-    lowest_hit = np.full(1, n_chunks, np.int64)
-    for c in nb.prange(n_chunks):
-        if c > lowest_hit[0]:
-            continue
-        start = c * chunk
-        stop = min(n, start + chunk)
-        bm = -np.inf
-        br = -1
-        for i in range(start, stop):
-            s = fast_dot(rows[i], v)
-            if s > bm:
-                bm = s
-                br = i
-            if s >= tau - band and is_hit(s, rows[i], v, tau, band):
-                hit_row[c] = i
-                hit_sim[c] = s
-                if c < lowest_hit[0]:
-                    lowest_hit[0] = c
-                break
-        best[c] = bm
-        best_row[c] = br
-    max_sim = -np.inf
-    max_row = -1
-    for c in range(n_chunks):
-        if hit_row[c] >= 0:
-            return hit_row[c], hit_sim[c], max_sim, max_row
-        if best[c] > max_sim:
-            max_sim = best[c]
-            max_row = best_row[c]
-    return -1, np.nan, max_sim, max_row
-
-
 @nb.njit(cache=True, nogil=True)
 def greedy_walk(
     batch: np.ndarray,

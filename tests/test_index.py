@@ -116,6 +116,29 @@ def test_multi_tile_scan_matches_reference(monkeypatch):
     assert index.insert(cands, 0.8).accepted.tolist() == reference_decisions(bank, cands, 0.8)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_single_candidate_scan_across_chunks(monkeypatch, seed):
+    """B=1 scans the bank in chunks of 5 rows: the hit is the lowest matching row whatever
+    chunk it falls in (several hits, tie-band hits on τ), and a miss reports the first max."""
+    monkeypatch.setattr(kernels.greedy, "SCAN_BYTES", 4 * 16 * 5)
+    monkeypatch.setattr(kernels.greedy, "MIN_TILE_ROWS", 5)
+    rng = np.random.default_rng(seed)
+    tau = 0.9
+    bank = unit(rng, 37, 16)
+    probe = unit(rng, 1, 16)[0].astype(np.float64)
+    for row in sorted(rng.choice(37, size=int(rng.integers(0, 4)), replace=False)):
+        s = tau if rng.random() < 0.5 else rng.uniform(tau, 1.0)
+        bank[row] = normalize_rows(at_similarity(probe, s, rng)[None, :], 16)[0]
+    index = SimilarityIndex(16)
+    index.extend(bank)
+    cand = normalize_rows(probe[None, :], 16)
+    exact = np.array([kernels.exact_dot(r, cand[0]) for r in bank])
+    res = index.insert(cand, tau)
+    hits = np.flatnonzero(exact >= tau)
+    assert res.accepted.tolist() == [len(hits) == 0]
+    assert int(res.match[0]) == (int(hits[0]) if len(hits) else int(exact.argmax()))
+
+
 def test_explanations_name_the_cause():
     rng = np.random.default_rng(1)
     e = unit(rng, 1, 16)[0]

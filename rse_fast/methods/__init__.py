@@ -13,6 +13,7 @@ _LAZY = {
     "Method": "rse_fast.methods.base",
     "MethodResult": "rse_fast.methods.base",
     "Problem": "rse_fast.methods.base",
+    "PriorStore": "rse_fast.methods.priors",
     "Candidate": "rse_fast.methods.base",
     "LLMJudge": "rse_fast.methods.judge",
     "HTTPRewardModel": "rse_fast.methods.judge",
@@ -35,6 +36,7 @@ __all__ = [
     "Method",
     "MethodResult",
     "ParticleFilter",
+    "PriorStore",
     "Problem",
     "RSEMethod",
     "Refinement",
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from rse_fast.methods.base import Candidate, Method, MethodResult, Problem
     from rse_fast.methods.catalog import METHODS, make_method
     from rse_fast.methods.judge import HTTPRewardModel, LLMJudge
+    from rse_fast.methods.priors import PriorStore
     from rse_fast.methods.refine import Refinement
     from rse_fast.methods.rse_method import RSEMethod
     from rse_fast.methods.sampling import BestOfN, Fusion, SelfConsistency

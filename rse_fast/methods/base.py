@@ -12,7 +12,7 @@ import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from rse_fast.answers import extract_answer
 from rse_fast.errors import BudgetExhaustedError, BudgetTooSmallError
@@ -20,6 +20,7 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger, count_prompt_tokens
 from rse_fast.llm.meter import TokenCap
 from rse_fast.llm.types import Message
+from rse_fast.methods.priors import PriorStore
 from rse_fast.prompts import solve_messages
 from rse_fast.util.options import keyword_names, reject_unknown
 
@@ -345,11 +346,42 @@ class Method(abc.ABC):
         )
         self.completion_prior: float | None = None
         self.cost_ratio: float | None = None  # measured unit cost ÷ its estimate, last runs
+        self.prior_store: PriorStore | None = None
+        self._prior_key: str | None = None
+
+    #: The attributes holding what earlier runs measured (what a :class:`PriorStore` keeps).
+    PRIOR_FIELDS: ClassVar[tuple[str, ...]] = ("completion_prior", "cost_ratio")
+
+    def keep_priors(self, store: PriorStore | None) -> Method:
+        """Read this method's cost priors from ``store`` at the first run against an endpoint
+        and model, and write them back as runs measure them: a fresh process then sizes its
+        first wave like a warm one. Returns the method."""
+        self.prior_store, self._prior_key = store, None
+        return self
+
+    def persist_priors(self) -> None:
+        """Write the current priors to the store (if any) under the last run's key."""
+        if self.prior_store is None or self._prior_key is None:
+            return
+        values = {f: getattr(self, f) for f in self.PRIOR_FIELDS}
+        self.prior_store.save(self._prior_key, {k: v for k, v in values.items() if v is not None})
+
+    def _restore_priors(self, client: LLMClient) -> None:
+        if self.prior_store is None:
+            return
+        key = PriorStore.key(client.identity, self.name, self.max_tokens)
+        if key == self._prior_key:
+            return
+        self._prior_key = key
+        for name, value in self.prior_store.load(key).items():
+            if name in self.PRIOR_FIELDS and getattr(self, name) is None:
+                setattr(self, name, value)
 
     def metered(self, client: LLMClient, budget: int, problem: Problem) -> LLMClient:
         """The run's own view of ``client``: a fresh ledger and, in ``cap`` mode, the meter
         every call draws on. A budget below one useful call is refused here, naming the
         minimum, before anything is sent."""
+        self._restore_priors(client)
         view = client.with_ledger(Ledger())
         minimum = self.minimum_budget(view, problem)
         if budget < minimum:
@@ -388,6 +420,7 @@ class Method(abc.ABC):
         measured = min(float(self.max_tokens), sum(lengths) / len(lengths))
         self.completion_prior = blend(self.completion_prior, measured)
         self.cost_ratio = blend(self.cost_ratio, spent / len(pool) / estimate)
+        self.persist_priors()
 
     @abc.abstractmethod
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:

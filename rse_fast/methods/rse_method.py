@@ -66,6 +66,7 @@ class RSEMethod(Method):
     """
 
     name = "rse"
+    PRIOR_FIELDS = (*Method.PRIOR_FIELDS, "rollout_prior", "distill_prior")
 
     def __init__(
         self,
@@ -207,4 +208,6 @@ class RSEMethod(Method):
         if distills:
             dist = sum(distills) / len(distills)
             self.distill_prior = blend(self.distill_prior, dist)
+        if explore or distills:
+            self.persist_priors()
         return roll, dist

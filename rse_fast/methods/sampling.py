@@ -219,6 +219,7 @@ class BestOfN(Method):
 
     name = "bon"
     subsamples = True
+    PRIOR_FIELDS = (*Method.PRIOR_FIELDS, "distinct_prior", "judge_ratio")
 
     def __init__(self, *, judge: Verifier | None = None, selection: Selection = "best", **kw: Any):
         super().__init__(**kw)
@@ -258,21 +259,29 @@ class BestOfN(Method):
 
         def fits(done: int) -> int:
             """More samples the budget buys: n samples cost n·s plus a judge call for each
-            of max(distinct so far, distinct share × n) candidates; the first wave rounds to
-            the nearest n, later ones buy a part sample only as ``buys_part_unit`` says.
-            The share is the earlier runs' until two waves of this run are in, then this
-            run's own (it falls as duplicates come, never assuming fewer than it has seen)."""
+            distinct candidate expected among n (none while one is expected: a single text
+            is never judged); the first wave rounds to the nearest n, later ones buy a part
+            sample only as ``buys_part_unit`` says. Expected distinct: the earlier runs'
+            share × n until two waves of this run are in, then the texts seen so far plus
+            this run's rate of new ones for the samples still to come."""
             s = max(1.0, mean_tokens("explore", self.planned_cost(per_sample)))
             # a judge call reads the problem and one response: before one has been measured,
             # a sample's cost plus the judge's own template and reply
             fresh = s + JUDGE_OVERHEAD_TOKENS
             j = mean_tokens("judge", judge_guess * self.judge_ratio if self.judge_ratio else fresh)
             share = self.distinct_prior
-            if share is None or done >= 2 * self.parallel:  # two waves in: this run's own
-                share = scorer.distinct / done if done else 1.0
+            own = share is None or done >= 2 * self.parallel  # two waves in: this run's own
+            # this run's rate of new texts after the first (the first is always new)
+            rate = (scorer.distinct - 1) / (done - 1) if done > 1 else 1.0
+
+            def judged(n: int) -> float:
+                if own:
+                    return scorer.distinct + rate * (n - done) if done else float(n)
+                return max(scorer.distinct, (share or 1.0) * n)
 
             def total(n: int) -> float:
-                return n * s + j * max(scorer.distinct, share * n)
+                k = judged(n)
+                return n * s + (j * k if k > 1 else 0.0)  # one distinct text: no judge call
 
             n = done
             while total(n + 1) <= budget:
@@ -316,12 +325,12 @@ class BestOfN(Method):
             for t in judging:
                 t.cancel()
         sampled = sum(r.total_tokens for r in c.ledger.records if r.role == "explore")
-        self.learn(pool, per_sample, sampled)
         if pool:
             self.distinct_prior = blend(self.distinct_prior, scorer.distinct / len(pool))
         if scorer.calls:
             ratio = mean_tokens("judge", judge_guess) / judge_guess
             self.judge_ratio = blend(self.judge_ratio, ratio)
+        self.learn(pool, per_sample, sampled)  # also keeps the two priors above
         result = await off_loop(self._select, pool, budget, c.ledger)
         if result.final is None and pool and scorer.distinct == 1:
             result.final = pool[0]  # every sample said the same: no judge call was needed

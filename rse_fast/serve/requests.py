@@ -21,7 +21,7 @@ from typing import Any
 from rse_fast.errors import BudgetTooSmallError, RequestError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
-from rse_fast.methods import Problem, make_method
+from rse_fast.methods import PriorStore, Problem, make_method
 
 METHOD_PREFIXES = ("rse", "sc", "bon", "beam", "particle", "refine", "fusion")
 Progress = Callable[[dict[str, Any]], None]
@@ -182,6 +182,11 @@ def usage_of(ledger: Ledger) -> dict[str, int]:
     }
 
 
+#: What earlier requests measured per (upstream, model, method, completion cap): every request
+#: builds its own method, which would otherwise size its first wave from the completion cap.
+PRIORS = PriorStore()
+
+
 async def run_method(
     client: LLMClient, spec: MethodRequest, encoder: Any, progress: Progress | None
 ) -> Outcome:
@@ -211,7 +216,7 @@ async def run_method(
         progress({"method": spec.method, "status": "started", "budget": spec.budget})
     if spec.method == "sc":
         options["tool_vote"] = spec.tool_vote
-    method = make_method(spec.method, **options)
+    method = make_method(spec.method, **options).keep_priors(PRIORS)
     problem = Problem(
         "request",
         spec.problem,
