@@ -69,6 +69,12 @@ DEV_METHODS = ("rse", "rse:batch", "sc")
 # fmt: off
 CELLS = {
     "dev-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 8, 101, 4000, DEV_METHODS, "dev"),
+    # a budget at which the planner buys distillation on the multi-step task (at 6,000 it
+    # never does: one distillation costs about 1.5 rollouts there), so the bank's effect on
+    # the samples it guides can be measured at all
+    "dev-multi-0.5b": Cell(
+        "qwen2.5-coder-0.5b", MULTI, 8, 101, 12000, ("rse", "sc"), "dev", max_tokens=1024
+    ),
     "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 4000, ("rse", "sc"), "test"),
     "test-multi-0.5b": Cell(
         "qwen2.5-coder-0.5b", MULTI, 40, 7, 6000, ("rse", "sc"), "test", max_tokens=1024

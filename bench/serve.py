@@ -16,9 +16,10 @@ through our service and through the floor, in turns, ``--rounds`` times. A reque
 *overhead* is its latency less its time in the upstream's handler (read back from the upstream
 by the request's ``user`` tag), so the upstream's own timer jitter is not counted; each path's
 percentile is the median over its phases. Added = overhead percentile through a proxy − the
-direct path's; the ratio to the floor's is given only where the floor's added p99 exceeds the
-direct path's own spread between phases (else it is noise, and ``p99_added_minus_floor_ms`` is
-the number to read).
+direct path's. ``p99_added_vs_floor`` (ours ÷ the floor's added p99) is the median of a
+two-level bootstrap (rounds, then requests) and always comes with its 5-95% interval; the
+target is judged on that median. Every request's overhead and latency is kept in
+``results/serve_samples.json``; ``--from-samples`` recomputes every figure from it.
 
 Streamed: time to the first content byte, direct vs through the service, with the upstream
 streaming at 60 tokens/s after its latency. Soak: ``--soak-requests`` pass-through requests at
@@ -43,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from rse_fast.local.server import free_port
 
-from common import write_result
+from common import RESULTS, write_result
 
 BODY = {
     "model": "scripted",
@@ -51,6 +52,8 @@ BODY = {
     "max_tokens": 16,
 }
 STREAM_BODY = {**BODY, "stream": True}
+#: every request's overhead, latency and time to first token, beside serve.json
+SAMPLES = RESULTS / "serve_samples.json"
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -179,12 +182,12 @@ async def held_in_upstream(upstream_url: str) -> dict[str, float]:
 
 def ratio_interval(
     overheads: dict[str, list[list[float]]], reps: int = 300, seed: int = 0
-) -> list[float | None]:
+) -> tuple[list[float], int]:
     """5th, 50th and 95th percentiles of the p99 added ratio (service ÷ floor) under a two-level
     bootstrap: rounds drawn with replacement (the three paths of a round together, as they ran
     side by side), then requests within each drawn phase. It carries both the drift between
     rounds and the sampling error of a p99, which a single ratio hides. A draw where the floor
-    adds nothing has no ratio (infinite); a percentile that lands on such draws is None."""
+    adds nothing has no ratio; such draws are left out and counted (the second value)."""
     rng = np.random.default_rng(seed)
     arrays = {n: [np.asarray(ph) * 1e3 for ph in phases] for n, phases in overheads.items()}
     rounds = len(arrays["direct"])
@@ -197,8 +200,10 @@ def ratio_interval(
         }
         floor = p99["floor"] - p99["direct"]
         ratios.append((p99["service"] - p99["direct"]) / floor if floor > 0 else np.inf)
-    picks = np.percentile(ratios, [5, 50, 95], method="nearest")  # no inf − inf interpolation
-    return [float(x) if np.isfinite(x) else None for x in picks]
+    finite = [x for x in ratios if np.isfinite(x)]
+    if not finite:
+        raise SystemExit("the floor added nothing at p99 in any bootstrap draw: no ratio")
+    return [float(x) for x in np.percentile(finite, [5, 50, 95])], reps - len(finite)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -215,7 +220,7 @@ def split_cores(pin: bool) -> tuple[set[int] | None, set[int] | None]:
     return {cores[0]}, set(cores[1:])
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     up_port, svc_port, floor_port = free_port(), free_port(), free_port()
     load_cores, proxy_cores = split_cores(args.pin)
     all_cores = os.sched_getaffinity(0)
@@ -273,8 +278,40 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     # a request's overhead: its latency less its time in the upstream's handler (the LLM's
     # time, with whatever lateness the upstream's timers had on the loaded core)
-    overheads = {n: [[t - held[u] for u, t in ph] for ph in phases] for n, phases in runs.items()}
-    latencies = {n: [[t for _, t in ph] for ph in phases] for n, phases in runs.items()}
+    samples = {
+        "overhead_s": {
+            n: [[round(t - held[u], 7) for u, t in ph] for ph in phases]
+            for n, phases in runs.items()
+        },
+        "latency_s": {
+            n: [[round(t, 7) for _, t in ph] for ph in phases] for n, phases in runs.items()
+        },
+        "ttft_s": {n: [round(t, 7) for t in xs] for n, xs in streamed.items()},
+    }
+    meta = {
+        "mode": "quick" if args.quick else "full",
+        "workers": args.workers,
+        "concurrency": c,
+        "upstream_latency_ms": args.latency * 1e3,
+        "requests_per_phase": c * per_worker,
+        "rounds": args.rounds,
+        "load_cores": sorted(load_cores) if load_cores else None,
+        "proxy_cores": sorted(proxy_cores) if proxy_cores else None,
+        "arrivals": "staggered over the upstream latency",
+        "added_of": "overhead percentiles (latency less the upstream handler's time)",
+        "stream_concurrency": sc,
+        "errors": errors,
+        "peak_rss_mb": peak,
+        "rss_at_start_mb": rss_start,
+    }
+    return {**meta, **summarise(samples), **out}, samples
+
+
+def summarise(samples: dict[str, Any]) -> dict[str, Any]:
+    """Every figure of serve.json that comes from the requests, from the raw samples alone."""
+    overheads: dict[str, list[list[float]]] = samples["overhead_s"]
+    latencies: dict[str, list[list[float]]] = samples["latency_s"]
+    streamed: dict[str, list[float]] = samples["ttft_s"]
 
     def p(name: str, q: float, of: dict[str, list[list[float]]] = overheads) -> float:
         return float(np.median([pct(xs, q) for xs in of[name]]))
@@ -286,27 +323,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     added = p("service", 99) - p("direct", 99)
     floor_added = p("floor", 99) - p("direct", 99)
-    # how far the direct path's own p99 moves between its phases: differences below it are noise
-    noise = float(np.ptp([pct(xs, 99) for xs in overheads["direct"]]))
-    out = {
-        "mode": "quick" if args.quick else "full",
-        "workers": args.workers,
-        "concurrency": c,
-        "upstream_latency_ms": args.latency * 1e3,
-        "requests_per_phase": c * per_worker,
-        "rounds": args.rounds,
-        "load_cores": sorted(load_cores) if load_cores else None,
-        "proxy_cores": sorted(proxy_cores) if proxy_cores else None,
-        "arrivals": "staggered over the upstream latency",
-        "added_of": "overhead percentiles (latency less the upstream handler's time)",
+    interval, without_ratio = ratio_interval(overheads)
+    return {
         "p50_added_ms": p("service", 50) - p("direct", 50),
         "p99_added_ms": added,
         "floor_p50_added_ms": p("floor", 50) - p("direct", 50),
         "floor_p99_added_ms": floor_added,
-        "p99_added_vs_floor": added / floor_added if floor_added > noise else None,
+        # judged on the bootstrap median, always with its interval beside it
+        "p99_added_vs_floor": interval[1],
+        "p99_added_vs_floor_ci90": [interval[0], interval[2]],
+        "p99_added_vs_floor_point": added / floor_added if floor_added > 0 else None,
+        "bootstrap_draws_without_ratio": without_ratio,
         "p99_added_minus_floor_ms": added - floor_added,
-        "p99_added_vs_floor_bootstrap": ratio_interval(overheads),
-        "direct_p99_spread_ms": noise,
+        # how far the direct path's own p99 moves between its phases
+        "direct_p99_spread_ms": float(np.ptp([pct(xs, 99) for xs in overheads["direct"]])),
         "direct_overhead_p50_ms": p("direct", 50),
         "direct_overhead_p99_ms": p("direct", 99),
         "per_phase_p99_added_ms": per_phase("service"),
@@ -317,17 +347,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "direct_p99_ms": p("direct", 99, latencies),
         "service_p99_ms": p("service", 99, latencies),
         "floor_p99_ms": p("floor", 99, latencies),
-        "stream_concurrency": sc,
         "ttft_direct_p50_ms": pct(streamed["direct"], 50),
         "ttft_added_p50_ms": pct(streamed["service"], 50) - pct(streamed["direct"], 50),
         "ttft_floor_added_p50_ms": pct(streamed["floor"], 50) - pct(streamed["direct"], 50),
         "ttft_added_p99_ms": pct(streamed["service"], 99) - pct(streamed["direct"], 99),
-        "errors": errors,
-        "peak_rss_mb": peak,
-        "rss_at_start_mb": rss_start,
-        **out,
     }
-    return out
 
 
 async def soak(
@@ -386,17 +410,27 @@ def main() -> None:
     )
     parser.add_argument("--floor-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--from-samples",
+        action="store_true",
+        help="recompute serve.json's request figures from results/serve_samples.json",
+    )
     args = parser.parse_args()
     if args.floor_proxy:
         floor_proxy(args.floor_proxy, args.upstream)
         return
+    if args.from_samples:
+        print(json.dumps(summarise(json.loads(SAMPLES.read_text())), indent=2))
+        return
     if args.rounds is None:
         args.rounds = 2 if args.quick else 5
     t0 = time.perf_counter()
-    payload = asyncio.run(run(args))
+    payload, samples = asyncio.run(run(args))
     payload["wall_s"] = time.perf_counter() - t0
     path = write_result("serve", payload)
-    keys = ("p99_added_ms", "floor_p99_added_ms", "p99_added_vs_floor", "ttft_added_p50_ms",
+    SAMPLES.write_text(json.dumps(samples, separators=(",", ":")) + "\n")
+    keys = ("p99_added_ms", "floor_p99_added_ms", "p99_added_vs_floor", "p99_added_vs_floor_ci90",
+            "ttft_added_p50_ms",
             "errors", "soak_requests", "soak_rss_growth_mb", "wall_s")  # fmt: skip
     for k in keys:
         print(f"{k}: {payload.get(k)}")

@@ -1,0 +1,110 @@
+"""The READMEs' numbers come from bench/results/*.json: none drifts, none is typed by hand."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import serve  # noqa: E402
+import summarize  # noqa: E402
+
+#: a number with a unit of measurement after it (what a measurement looks like in prose)
+MEASURED = re.compile(
+    r"(?<![≤≥<>~=±\-–\w.])(?<![≤≥<>~] )"
+    r"(\d[\d,]*(?:\.\d+)?)\s?(×|ms\b|µs\b|s\b|%|GB/s|GFLOP/s|MiB\b|tokens/s|pts\b)"
+)
+#: stated settings and targets, not measurements: "1 s upstream latency", "200 ms latency"
+SETTINGS = re.compile(
+    r"(latency|at most|under|within|per call|timeout|every|each|bootstrap|interval)\b", re.I
+)
+
+
+def prose_lines(text: str) -> list[tuple[int, str]]:
+    """Lines outside code fences and generated blocks, inline values taken out."""
+    out, in_code, in_block = [], False, False
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if re.match(r"<!-- [\w-]+:start -->", line):
+            in_block = True
+        if re.match(r"<!-- [\w-]+:end -->", line):
+            in_block = False
+            continue
+        if not (in_code or in_block):
+            out.append((i, summarize.VALUE.sub("", line)))
+    return out
+
+
+def typed_measurements(text: str) -> list[tuple[int, str, str]]:
+    """(line number, the number, the line) of each measurement typed into the prose."""
+    return [
+        (i, m.group(0), line.strip())
+        for i, line in prose_lines(text)
+        for m in MEASURED.finditer(line)
+        if not SETTINGS.search(line[m.end() : m.end() + 40])
+    ]
+
+
+def test_every_number_matches_its_json():
+    assert summarize.drift() == []
+
+
+@pytest.mark.parametrize("doc", summarize.DOCS, ids=lambda d: d.parent.name or d.name)
+def test_no_measurement_is_typed_by_hand(doc):
+    found = typed_measurements(doc.read_text())
+    typed = [f"{doc.name}:{i}: {number!r} in {line!r}" for i, number, line in found]
+    assert typed == []
+
+
+def test_drift_is_caught(tmp_path, monkeypatch):
+    """A value edited by hand, and a reference to a key the JSON lacks, are both reported."""
+    doc = tmp_path / "README.md"
+    doc.write_text(
+        "Scan: <!--v dedup_quick.scan_fraction_of_bandwidth:.2f-->9.99<!--/v--> of bandwidth.\n"
+    )
+    monkeypatch.setattr(summarize, "DOCS", (doc,))
+    monkeypatch.setattr(summarize, "HERE", tmp_path)  # no generated blocks in this copy
+    monkeypatch.setattr(summarize, "ROOT", tmp_path)
+    found = summarize.drift()
+    assert len(found) == 1 and "9.99" in found[0]
+    doc.write_text("<!--v dedup_quick.no_such_key-->1<!--/v-->\n")
+    with pytest.raises(KeyError, match="no_such_key"):
+        summarize.drift()
+
+
+def test_serve_figures_recompute_from_the_raw_samples():
+    """serve.json's request figures are what its committed samples give."""
+    committed = json.loads((BENCH / "results" / "serve.json").read_text())
+    samples = json.loads(serve.SAMPLES.read_text())
+    again = serve.summarise(samples)
+    for key, value in again.items():
+        assert committed[key] == pytest.approx(value, rel=1e-9), key
+    assert isinstance(committed["p99_added_vs_floor"], float)
+    low, high = committed["p99_added_vs_floor_ci90"]
+    assert low <= committed["p99_added_vs_floor"] <= high
+
+
+@pytest.mark.parametrize(
+    ("line", "flagged"),
+    [
+        ("the kernel is 7.9× FAISS", True),
+        ("ours adds 2.50 ms at p99", True),
+        ("the demo took 489 s", True),
+        ("5,477 tokens/s on two cores", True),
+        ("the target is ≤ 1.5×", False),
+        ("200 concurrent at 1 s upstream latency", False),
+        ("ours is <!--v serve.p50_added_ms:.2f-->0.91<!--/v--> ms", False),
+    ],
+)
+def test_hand_typed_measurements_are_recognised(tmp_path, line, flagged):
+    doc = tmp_path / "README.md"
+    doc.write_text(f"Intro.\n\n{line}\n\n```bash\nsleep 5 s\n```\n")
+    assert bool(typed_measurements(doc.read_text())) == flagged
