@@ -47,8 +47,11 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent
 WORK = HERE / "results" / "rse_ablation"
 EASY = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
-#: Longer arithmetic: single samples of the 0.5B right 30-60%, rollouts given 1,024 tokens.
+#: Longer arithmetic, rollouts given 1,024 tokens. Not calibrated for the 0.5B: its round-1
+#: samples were right 1 time in 16 (dev seeds, 4 problems), far below the 30-60% the test cell
+#: needs; probe-multi-1.5b measures the 1.5B on it, probe-mid-0.5b a middle task.
 MULTI = "gym:basic_arithmetic?min_terms=5&max_terms=6&min_digits=2&max_digits=3"
+MID = "gym:basic_arithmetic?min_terms=3&max_terms=4&min_digits=1&max_digits=2"
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,16 @@ DEV_METHODS = ("rse", "rse:batch", "sc")
 # fmt: off
 CELLS = {
     "dev-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 8, 101, 4000, DEV_METHODS, "dev"),
-    # a budget at which the planner buys distillation on the multi-step task (at 6,000 it
-    # never does: one distillation costs about 1.5 rollouts there), so the bank's effect on
-    # the samples it guides can be measured at all
-    "dev-multi-0.5b": Cell(
-        "qwen2.5-coder-0.5b", MULTI, 8, 101, 12000, ("rse", "sc"), "dev", max_tokens=1024
+    # a budget at which the planner buys distillation (at 4,000 it never does: one
+    # distillation costs about 2.5 rollouts), so the bank's effect on the samples it guides
+    # can be measured at all
+    "dev-easy8k-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 8, 101, 8000, ("rse", "sc"), "dev"),
+    # calibration: single samples (two per problem) of a candidate multi-step task
+    "probe-mid-0.5b": Cell(
+        "qwen2.5-coder-0.5b", MID, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
+    ),
+    "probe-multi-1.5b": Cell(
+        "qwen2.5-coder-1.5b", MULTI, 12, 202, 2400, ("sc",), "probe", k=2, max_tokens=1024
     ),
     "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 4000, ("rse", "sc"), "test"),
     "test-multi-0.5b": Cell(
@@ -194,6 +202,11 @@ def graded(dataset: Any, problem: Any, texts: list[str]) -> list[float]:
     return [float(dataset.grade(problem, t)) for t in texts]
 
 
+def graded_mean(dataset: Any, problem: Any, texts: list[str]) -> float:
+    scores = graded(dataset, problem, texts)
+    return sum(scores) / len(scores) if scores else 0.0
+
+
 def overhead_share(rows: list[dict[str, Any]]) -> float | None:
     """Distillation + bank-block tokens ÷ all tokens, over a method's records."""
     total = sum(r["tokens"] for r in rows)
@@ -275,6 +288,12 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         },
         "samples_per_problem": {
             m: sum(len(recs.by_method[m][i]["pool_texts"]) for i in ids) / len(ids)
+            for m in cell.methods
+        },
+        # each sample graded alone, averaged per problem: where the task sits for this model
+        "single_sample_accuracy": {
+            m: sum(graded_mean(dataset, by_id[i], recs.by_method[m][i]["pool_texts"]) for i in ids)
+            / len(ids)
             for m in cell.methods
         },
         "settled_share": {

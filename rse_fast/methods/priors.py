@@ -36,7 +36,7 @@ class PriorStore:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(path) if path is not None else None
+        self.path = Path(path).expanduser() if path is not None else None
         self._memory: dict[str, object] = {}
         self._warned = False
 
