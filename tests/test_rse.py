@@ -498,3 +498,27 @@ async def test_damaged_checkpoint_names_the_file_and_the_remedy(encoder, tmp_pat
     )
     with pytest.raises(ValueError, match=re.escape(str(path))):
         await rse.solve(PROBLEM, resume=True)
+
+
+@pytest.mark.parametrize("unanimous", [True, False])
+async def test_a_settled_first_round_is_not_distilled(encoder, unanimous):
+    """Under the settle rule round 1's distillations wait for its vote: a unanimous round
+    costs no distillation (nothing reads its bank), a split one is distilled as before (and
+    the last round, whose bank is not wanted, is not)."""
+
+    def replies(body: dict, index: int) -> str:
+        if is_solve(body) and not unanimous and rollout_index(body) % 2:
+            return "7 + 5 = 12, and 2 + 1 = 4 here: \\boxed{41}"  # round 1 splits 2 to 2
+        return reply(body, index)  # round 1: four times 32
+
+    async with ScriptedServer(default_reply=replies) as srv:
+        result = await solve(
+            srv.base_url, encoder, GOLD, settle_margin=1.0, rounds=2, distill_final_round=False
+        )
+    distills = [b for b in srv.requests if is_distill(b)]
+    first = result.rounds[0]
+    if unanimous:
+        assert distills == [] and all(x.distill == "skipped" for x in first.rollouts)
+        assert result.ledger["roles"].get("distill") is None
+    else:
+        assert len(distills) == 4 and all(x.distill == "ok" for x in first.rollouts)

@@ -63,7 +63,10 @@ class RSEConfig:
         settle_margin: stop guiding once round 1's vote is settled: the winner's share minus
             the runner-up's is at least this (1.0: unanimous); None never stops. What follows
             is ``settle_spend``: ``sample`` (the remaining rounds are plain sampling, no bank,
-            no distillation) or ``stop`` (no more rounds).
+            no distillation) or ``stop`` (no more rounds). Under a settle rule round 1's
+            distillations wait for its vote and are not made when it settles, unless the
+            bank is wanted (``distill_final_round``): on dev-easy8k they had cost a settled
+            problem a fifth of its budget.
         use_json_schema: ask for JSON-schema constrained distillation output (servers that
             refuse it are asked without, and the reply parsed tolerantly).
         stream_distill: stream distillation replies and embed each statement as soon as its

@@ -204,10 +204,19 @@ class RSE:
     def is_settled(self, first: RoundResult) -> bool:
         """Whether round 1's vote is settled by ``settle_margin`` (the winner's share minus
         the runner-up's; failed rollouts count as no answer)."""
+        return bool(first.rollouts) and self.settles(first.answers)
+
+    def settles(self, answers: list[str | None]) -> bool:
+        """Whether a first round with these answers is settled by ``settle_margin``."""
         margin = self.config.settle_margin
-        if margin is None or not first.rollouts:
-            return False
-        return vote_margin(first.answers) >= margin - 1e-9
+        return margin is not None and bool(answers) and vote_margin(answers) >= margin - 1e-9
+
+    def _may_settle(self, r: int) -> bool:
+        """Whether round ``r`` is distilled only if its vote does not settle: round 1 under a
+        settle rule, unless the bank itself is wanted (``distill_final_round``: saved or
+        carried to another problem)."""
+        cfg = self.config
+        return r == 1 and cfg.settle_margin is not None and not cfg.distill_final_round
 
     async def run_round(
         self,
@@ -249,7 +258,10 @@ class RSE:
                 )
 
         per_rollout = distil and cfg.distill_mode == "each"
-        split = RoundSplit(k) if per_rollout and cfg.distill_sees_votes else None
+        # round 1 under a settle rule: distil only once its vote shows it is not settled
+        # (nothing reads a settled round's bank); the distillations then wait for the round
+        waits = per_rollout and (cfg.distill_sees_votes or self._may_settle(r))
+        split = RoundSplit(k) if waits else None
         first = (
             first_index if first_index is not None else sum(cfg.k_for_round(q) for q in range(1, r))
         )
@@ -261,7 +273,14 @@ class RSE:
                 for i in range(k)
             )
         )
-        if distil and cfg.distill_mode == "batch":
+        if (
+            distil
+            and cfg.distill_mode == "batch"
+            and not (
+                self._may_settle(r)
+                and await off_loop(self.settles, [o.record.answer for o in outcomes])
+            )
+        ):
             await self._distill_batch(problem, r, outcomes, first)
             counters["distills"] = k
             counters["unparseable"] = sum(o.record.distill in ("unparseable", "failed")
@@ -378,7 +397,13 @@ class RSE:
         votes = None
         if split is not None:
             split.add(rec.answer)
-            votes = answer_split(await split.all_in(), rec.answer)
+            answers = await split.all_in()
+            if self._may_settle(r) and await split.settled(self.settles):
+                now = time.perf_counter()
+                rec.distill = "skipped"  # round 1 is settled: no later round reads its bank
+                return _Outcome(rec, [], None, now, now)
+            if cfg.distill_sees_votes:
+                votes = answer_split(answers, rec.answer)
         early: dict[str, asyncio.Future[np.ndarray]] = {}
         rollout_tokens = res.usage.completion_tokens or self.client.count_tokens(res.text)
         try:
@@ -626,6 +651,7 @@ class RoundSplit:
         self.k = k
         self.answers: list[str | None] = []
         self._done = asyncio.Event()
+        self._settled: asyncio.Future[bool] | None = None
 
     def add(self, answer: str | None) -> None:
         self.answers.append(answer)
@@ -635,6 +661,12 @@ class RoundSplit:
     async def all_in(self) -> list[str | None]:
         await self._done.wait()
         return self.answers
+
+    async def settled(self, rule: Callable[[list[str | None]], bool]) -> bool:
+        """``rule`` over the round's answers, computed once (off the loop) for all rollouts."""
+        if self._settled is None:
+            self._settled = asyncio.ensure_future(off_loop(rule, await self.all_in()))
+        return await self._settled
 
 
 def vote_margin(answers: list[str | None]) -> float:
