@@ -14,6 +14,18 @@ from rse_fast.util.options import checked_options
 class RSEConfig:
     """Rounds R, samples per round K_r, τ per experience type, sampling and distillation.
 
+    What chose the defaults (``bench/rse_ablation.py``, dev seeds only): the cost-side ones
+    (no final-round distillation, the compact format, at most two items per rollout, a cap
+    that follows the rollout, the short block, support ≥ 2 at K ≥ 4, the settle rule) come
+    from the previous release's 40-problem run, where distillation took ~66% and the rules
+    header ~16% of RSE's tokens and single sightings led later samples astray. On
+    ``dev-easy-0.5b`` (4,000 tokens) no variant distils, so none separates; on
+    ``dev-easy8k-0.5b`` (8,000 tokens, 8 problems) the defaults spent 35% of the tokens on
+    experience, the guided samples matched SC's at the same positions (−0.7 pts, 95% CI −4.8
+    to +4.5), and a settled round 1 was still distilled — which the settle rule now skips.
+    None of these separates from its ablation at that size: they are the cheapest settings
+    measured not to hurt, not ones shown to help.
+
     Fields:
         rounds: R; round 1 is plain parallel sampling (the bank is empty).
         k: rollouts per round, one value for all rounds or a list of K_r.
