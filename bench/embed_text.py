@@ -5,11 +5,12 @@
 A structured proposition renders as ``statement (holds if …; from …)`` and a pitfall as
 ``[kind] context: move -> consequence``; the compact format (the default) is the statement
 alone, so there the two are the same text. On the committed banks that have structured lines
-(every accepted experience recorded in ``results/eval_local/results.jsonl``, run by run, in
-the order they were filed) each run is deduplicated twice with the engine's index and τ —
-once on the lines, once on the statements parsed back out of them (a proposition's text before
-its ``(holds if …; from …)``; a pitfall's first part after its context: its move, or its
-trigger where one was given) — and the decisions and the tokens embedded are compared.
+(``data/structured_banks.jsonl``: every experience an earlier release's RSE runs accepted in
+the local evaluation, run by run, in the order they were filed) each run is deduplicated
+twice with the engine's index and τ — once on the lines, once on the statements parsed back
+out of them (a proposition's text before its ``(holds if …; from …)``; a pitfall's first part
+after its context: its move, or its trigger where one was given) — and the decisions and the
+tokens embedded are compared.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from rse_fast.rse.index import SimilarityIndex
 
 from common import RESULTS, write_result
 
-SOURCE = RESULTS / "eval_local" / "results.jsonl"
+SOURCE = Path(__file__).parent / "data" / "structured_banks.jsonl"
 _PROPOSITION = re.compile(r"^(?P<statement>.*?) \((?:holds if |from ).*\)$", re.S)
 _PITFALL = re.compile(r"^\[(?P<kind>[^\]]+)\] (?P<rest>.*)$", re.S)
 
@@ -50,17 +51,7 @@ def statement_of(line: str) -> tuple[str, str]:
 
 def runs() -> list[list[str]]:
     """Each recorded RSE run's accepted lines, in the order they were filed."""
-    out = []
-    for raw in SOURCE.read_text().splitlines():
-        rec = json.loads(raw)
-        lines = [
-            a
-            for rd in (rec.get("meta") or {}).get("rounds_detail") or []
-            for a in rd.get("accepted") or []
-        ]
-        if lines:
-            out.append(lines)
-    return out
+    return [json.loads(raw)["accepted"] for raw in SOURCE.read_text().splitlines() if raw]
 
 
 def decisions(encoder: Encoder, texts: list[str], kinds: list[str], tau: float) -> list[bool]:

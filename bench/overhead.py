@@ -127,8 +127,10 @@ def start_server(workload: str) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split()[1]
 
 
-async def critical_path(url: str) -> float:
-    """Σ over rounds of the longest (rollout + its distillation) injected server latency."""
+async def critical_path(url: str, k: int) -> float:
+    """Σ over rounds of the longest (rollout + its distillation) injected server latency.
+    A rollout and its distillation share a seed; rollout i of round r has seed k(r−1) + i
+    (seeds run over the problem's samples, as self-consistency's do)."""
     import aiohttp
 
     debug = url.removesuffix("/v1") + "/debug/requests"
@@ -138,7 +140,7 @@ async def critical_path(url: str) -> float:
     for row in rows:
         if row["seed"] is None:  # the warm-up call
             continue
-        key = divmod(int(row["seed"]), 1000)
+        key = divmod(int(row["seed"]), k)
         chains[key] = chains.get(key, 0.0) + row["delay_s"]
     per_round: dict[int, float] = {}
     for (r, _), total in chains.items():
@@ -217,7 +219,7 @@ async def measure(
         t0 = time.perf_counter()
         result = await rse.solve(PROBLEM, gold="24")
         wall = time.perf_counter() - t0
-    critical = await critical_path(url)
+    critical = await critical_path(url, k)
     idle = await idle_loop(url, k, rounds, cfg.stream_distill)
     tail = [r.tail_ms for r in result.rounds]
     enc = [r.tail_encoder_ms for r in result.rounds]

@@ -513,8 +513,9 @@ async def test_a_settled_first_round_is_not_distilled(encoder, unanimous):
 
     async with ScriptedServer(default_reply=replies) as srv:
         result = await solve(
-            srv.base_url, encoder, GOLD, settle_margin=1.0, rounds=2, distill_final_round=False
-        )
+            srv.base_url, encoder, GOLD, settle_margin=1.0, rounds=2, distill_final_round=False,
+            skip_settled_distill=True,
+        )  # fmt: skip
     distills = [b for b in srv.requests if is_distill(b)]
     first = result.rounds[0]
     if unanimous:
@@ -522,3 +523,17 @@ async def test_a_settled_first_round_is_not_distilled(encoder, unanimous):
         assert result.ledger["roles"].get("distill") is None
     else:
         assert len(distills) == 4 and all(x.distill == "ok" for x in first.rollouts)
+
+
+async def test_budgeted_rse_pays_no_distillation_for_a_settled_first_round(encoder):
+    """Under a token budget (RSEMethod) a unanimous round 1 buys samples, not a bank."""
+    from rse_fast.methods import Problem, make_method
+
+    async with ScriptedServer(default_reply=reply) as srv:  # round 1: four times 32
+        async with LLMClient(srv.base_url, "scripted") as client:
+            method = make_method("rse", encoder=encoder, k=4, max_tokens=256)
+            run = await method.run(Problem("p", PROBLEM, gold=GOLD), 6000, client)
+    assert run.meta["settled"] is True
+    assert not any(is_distill(b) for b in srv.requests)
+    assert run.ledger.summary()["roles"].get("distill") is None
+    assert len(run.pool) > 4  # what distillation would have cost went on samples

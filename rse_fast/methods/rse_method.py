@@ -109,6 +109,7 @@ class RSEMethod(Method):
                 "seed": self.seed,
                 "top_p": None,  # as every other family samples: the server's defaults
                 "top_k": None,
+                "skip_settled_distill": True,  # under a budget, tokens buy samples
                 **self.overrides,
             }
         )

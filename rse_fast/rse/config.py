@@ -22,7 +22,8 @@ class RSEConfig:
     ``dev-easy-0.5b`` (4,000 tokens) no variant distils, so none separates; on
     ``dev-easy8k-0.5b`` (8,000 tokens, 8 problems) the defaults spent 35% of the tokens on
     experience, the guided samples matched SC's at the same positions (−0.7 pts, 95% CI −4.8
-    to +4.5), and a settled round 1 was still distilled — which the settle rule now skips.
+    to +4.5), and a settled round 1 was still distilled — which a budgeted run now skips
+    (``skip_settled_distill``).
     None of these separates from its ablation at that size: they are the cheapest settings
     measured not to hurt, not ones shown to help.
 
@@ -32,9 +33,9 @@ class RSEConfig:
         tau_positive, tau_negative: dedup thresholds in (-1, 1]: a new experience whose cosine
             to a kept one of its type is >= τ is a repeat and is not added (it adds support).
         temperature, top_p, top_k, max_tokens, seed: rollout sampling (seed None: unseeded;
-            otherwise rollout i of round r uses ``seed + 1000 (r - 1) + i``, so round 1 draws
-            the same samples as self-consistency with that seed; top_p/top_k None: the
-            server's own defaults).
+            otherwise rollout i of round r uses ``seed`` + the rollouts of rounds 1..r−1 + i,
+            so the run's sample j is seeded as self-consistency's sample j with that seed;
+            top_p/top_k None: the server's own defaults).
         distill_temperature: the distillation call's temperature.
         distill_max_tokens: the distillation's completion cap; None (the default) follows the
             rollout: ``distill_length_ratio`` × the rollout's completion tokens, clamped to
@@ -75,10 +76,13 @@ class RSEConfig:
         settle_margin: stop guiding once round 1's vote is settled: the winner's share minus
             the runner-up's is at least this (1.0: unanimous); None never stops. What follows
             is ``settle_spend``: ``sample`` (the remaining rounds are plain sampling, no bank,
-            no distillation) or ``stop`` (no more rounds). Under a settle rule round 1's
-            distillations wait for its vote and are not made when it settles, unless the
-            bank is wanted (``distill_final_round``): on dev-easy8k they had cost a settled
-            problem a fifth of its budget.
+            no distillation) or ``stop`` (no more rounds).
+        skip_settled_distill: under a settle rule, round 1's distillations wait for its vote
+            and are not made when it settles (unless the bank is wanted:
+            ``distill_final_round``). It saves tokens (on dev-easy8k a settled problem's
+            round-1 distillations took a sixth of its budget) and costs latency (they no
+            longer overlap the round's slower rollouts): on for runs under a token budget
+            (``RSEMethod``), off for ``RSE.solve``.
         use_json_schema: ask for JSON-schema constrained distillation output (servers that
             refuse it are asked without, and the reply parsed tolerantly).
         stream_distill: stream distillation replies and embed each statement as soon as its
@@ -128,6 +132,7 @@ class RSEConfig:
     guidance: Literal["short", "rules"] = "short"
     settle_margin: float | None = 1.0
     settle_spend: Literal["sample", "stop"] = "sample"
+    skip_settled_distill: bool = False
     use_json_schema: bool = True
     stream_distill: bool = True
     dedup_order: Literal["rollout", "longest", "shortest"] = "rollout"

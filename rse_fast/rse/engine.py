@@ -213,10 +213,15 @@ class RSE:
 
     def _may_settle(self, r: int) -> bool:
         """Whether round ``r`` is distilled only if its vote does not settle: round 1 under a
-        settle rule, unless the bank itself is wanted (``distill_final_round``: saved or
-        carried to another problem)."""
+        settle rule with ``skip_settled_distill``, unless the bank itself is wanted
+        (``distill_final_round``: saved or carried to another problem)."""
         cfg = self.config
-        return r == 1 and cfg.settle_margin is not None and not cfg.distill_final_round
+        return (
+            r == 1
+            and cfg.skip_settled_distill
+            and cfg.settle_margin is not None
+            and not cfg.distill_final_round
+        )
 
     async def run_round(
         self,
