@@ -258,11 +258,9 @@ def sgemm_gflops(size: int = 1536) -> float:
     return 2 * size**3 / best_time(lambda: np.matmul(a, b, out=out), repeat=3) / 1e9
 
 
-def shape_limit_gflops(
-    bank: np.ndarray, bank_t: np.ndarray, batch: np.ndarray
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """Seconds of one pass of the bank against the batch for each layout tried, and the
-    callables (so the caller can time them in turns with the kernel)."""
+def shape_calls(bank: np.ndarray, bank_t: np.ndarray, batch: np.ndarray) -> dict[str, Any]:
+    """One pass of the bank against the batch in each layout tried, as callables (the caller
+    times them in turns with the kernel): the shape's BLAS limit is the fastest."""
     n, _ = bank.shape
     b = batch.shape[0]
     tile = max(kernels.greedy.MIN_TILE_ROWS, kernels.greedy.TILE_BYTES // (4 * b))
@@ -282,13 +280,12 @@ def shape_limit_gflops(
             e = min(n, s + tile)
             np.matmul(batch, bank_t[:, s:e], out=tile_out_t[:, : e - s])
 
-    calls = {
+    return {
         "rows_tiled": rows_tiled,
         "rows_whole": lambda: np.matmul(bank, batch_t, out=whole_out),
         "cols_tiled": cols_tiled,
         "cols_whole": lambda: np.matmul(batch, bank_t, out=whole_out_t),
     }
-    return {k: float("inf") for k in calls}, calls
 
 
 def run_config(
@@ -310,17 +307,15 @@ def run_config(
     if faiss_index is not None:
         faiss_times = faiss_index.tune(batch, TAU)
         faiss_dec = faiss_index.insert(batch, TAU)
-    shape_t: dict[str, float] = {}
-    shape_calls: dict[str, Any] = {}
-    if b >= 16 and bank_t is not None:
-        shape_t, shape_calls = shape_limit_gflops(bank, bank_t, batch)
+    calls = shape_calls(bank, bank_t, batch) if b >= 16 and bank_t is not None else {}
+    shape_t = {name: float("inf") for name in calls}
     # Alternate sgemm, the shape's BLAS calls, kernel and baselines, the same number of times on
     # the same inputs, and keep the best of each: on a shared machine all see the same noise,
     # so ratios are stable even when absolute rates drift.
     t_kernel = t_faiss = t_numpy = float("inf")
     for _ in range(3):
         sgemm = max(sgemm, sgemm_gflops())
-        for name, call in shape_calls.items():
+        for name, call in calls.items():
             shape_t[name] = min(shape_t[name], best_time(call, repeat=2))
         t_kernel = min(
             t_kernel, best_time(lambda: kernel_insert(rows, n, batch, TAU), repeat=3, min_time=0.1)

@@ -30,17 +30,23 @@ def threaded_server(**kwargs) -> Iterator[ScriptedServer]:
 async def running_service(upstream: ScriptedServer, **cfg) -> AsyncIterator[tuple[Any, str]]:
     """The service in front of ``upstream`` on a free loopback port: (service, base URL
     without ``/v1``)."""
-    import aiohttp.web
-
     from rse_fast.serve import ServeConfig, Service
 
     svc = Service(ServeConfig([upstream.base_url], **cfg))
-    runner = aiohttp.web.AppRunner(svc.app(), handler_cancellation=True)
+    async with serving(svc.app(), handler_cancellation=True) as base:
+        yield svc, base
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, **runner_options: Any) -> AsyncIterator[str]:
+    """An aiohttp application on a free loopback port: its base URL (no path)."""
+    import aiohttp.web
+
+    runner = aiohttp.web.AppRunner(app, **runner_options)
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
     try:
-        yield svc, f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()

@@ -12,6 +12,7 @@ import time
 import aiohttp
 import openai
 import pytest
+from conftest import serving
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -66,16 +67,8 @@ async def test_client_keeps_refusal_and_logprobs():
 
     app = aiohttp.web.Application()
     app.router.add_post("/v1/chat/completions", refusing)
-    runner = aiohttp.web.AppRunner(app)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    try:
-        async with LLMClient(url, "m") as c:
-            res = await c.chat(MSG, logprobs=True)
-    finally:
-        await runner.cleanup()
+    async with serving(app) as base, LLMClient(base + "/v1", "m") as c:
+        res = await c.chat(MSG, logprobs=True)
     choice = res.choices[0]
     assert choice.refusal == "I cannot help with that." and choice.text == ""
     assert choice.logprobs["content"][0]["token"] == "No"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import serving
 
 from rse_fast.encoder import Encoder
 from rse_fast.llm.client import LLMClient
@@ -125,21 +126,16 @@ async def test_reward_model_goes_through_the_transport_with_retries_and_the_ledg
 
     app = aiohttp.web.Application()
     app.router.add_post("/score", score)
-    runner = aiohttp.web.AppRunner(app)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    reward = HTTPRewardModel(f"http://127.0.0.1:{port}/score", timeout_s=5)
-    try:
-        async with LLMClient("http://127.0.0.1:9/v1", "m") as client:
-            assert await reward.score(client, "2+2?", "4") == 0.75
-            assert await reward.score(client, "2+2?", "garbage") is None
-            judged = [r for r in client.ledger.records if r.role == "judge"]
-            assert len(judged) == 2 and all(r.latency_s > 0 for r in judged)
-    finally:
-        await reward.close()
-        await runner.cleanup()
+    async with serving(app) as base:
+        reward = HTTPRewardModel(base + "/score", timeout_s=5)
+        try:
+            async with LLMClient("http://127.0.0.1:9/v1", "m") as client:
+                assert await reward.score(client, "2+2?", "4") == 0.75
+                assert await reward.score(client, "2+2?", "garbage") is None
+                judged = [r for r in client.ledger.records if r.role == "judge"]
+                assert len(judged) == 2 and all(r.latency_s > 0 for r in judged)
+        finally:
+            await reward.close()
     assert len(seen) == 3  # the 503 was retried once
 
 
