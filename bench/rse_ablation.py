@@ -52,6 +52,9 @@ EASY = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
 #: needs; probe-multi-1.5b measures the 1.5B on it, probe-mid-0.5b a middle task.
 MULTI = "gym:basic_arithmetic?min_terms=5&max_terms=6&min_digits=2&max_digits=3"
 MID = "gym:basic_arithmetic?min_terms=3&max_terms=4&min_digits=1&max_digits=2"
+#: Grade-school word problems (GSM8K templates with fresh numbers): several dependent steps
+#: in words, which is what "multi-step" means for a user, not just longer sums.
+GSM = "gym:gsm_symbolic"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,12 @@ CELLS = {
     # calibration: single samples (two per problem) of a candidate multi-step task
     "probe-mid-0.5b": Cell(
         "qwen2.5-coder-0.5b", MID, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
+    ),
+    "probe-gsm-0.5b": Cell(
+        "qwen2.5-coder-0.5b", GSM, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
+    ),
+    "probe-gsm-1.5b": Cell(
+        "qwen2.5-coder-1.5b", GSM, 12, 202, 2400, ("sc",), "probe", k=2, max_tokens=1024
     ),
     "probe-multi-1.5b": Cell(
         "qwen2.5-coder-1.5b", MULTI, 12, 202, 2400, ("sc",), "probe", k=2, max_tokens=1024
