@@ -87,7 +87,7 @@ CELLS = {
         "qwen2.5-coder-0.5b", GSM, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
     ),
     "probe-gsm-1.5b": Cell(
-        "qwen2.5-coder-1.5b", GSM, 12, 202, 2400, ("sc",), "probe", k=2, max_tokens=1024
+        "qwen2.5-coder-1.5b", GSM, 8, 202, 2000, ("sc",), "probe", k=2, max_tokens=1024
     ),
     "probe-multi-1.5b": Cell(
         "qwen2.5-coder-1.5b", MULTI, 12, 202, 2400, ("sc",), "probe", k=2, max_tokens=1024
@@ -224,25 +224,42 @@ def overhead_share(rows: list[dict[str, Any]]) -> float | None:
     return spent / total if total else None
 
 
+def guided_rounds(record: dict[str, Any]) -> set[int]:
+    """The rounds whose prompts carried a bank block. Records from before ``guided_rounds``
+    was kept say only whether any prompt did (``bank_prompt_tokens``); for those every round
+    after the first counts, an upper bound."""
+    if record.get("guided_rounds") is not None:
+        return set(record["guided_rounds"])
+    if not record.get("bank_prompt_tokens"):
+        return set()
+    return {r for r in record.get("pool_rounds") or [] if r > 1}
+
+
 def guided_vs_sc_samples(
     dataset: Any, by_id: dict[str, Any], rse: dict[str, Any], sc: dict[str, Any], ids: list[str],
     k: int,
 ) -> dict[str, Any]:  # fmt: skip
-    """Per problem: mean correctness of RSE's samples after round 1 minus SC's samples at the
-    same positions (k, k+1, ...), overall and by how many of round 1's k samples were right
-    (the two share round 1). Problems where either has no sample there are left out."""
+    """Per problem: mean correctness of RSE's guided samples (those whose prompt carried a bank
+    block) minus SC's samples at the same positions (RSE's sample j is seeded as SC's sample
+    j), overall and by how many of round 1's k samples were right (the two share round 1).
+    Problems without a guided sample, or where SC has no sample there, are left out: a sample
+    no bank reached says nothing about the bank."""
     diffs: list[float] = []
     by_start: dict[int, list[float]] = {}
     for i in ids:
         r_texts, rounds = rse[i]["pool_texts"], rse[i].get("pool_rounds") or []
-        later = [t for t, rr in zip(r_texts, rounds, strict=False) if rr > 1]
-        sc_later = sc[i]["pool_texts"][k : k + len(later)]
-        n = min(len(later), len(sc_later))
-        if n == 0:
+        guided = guided_rounds(rse[i])
+        sc_texts = sc[i]["pool_texts"]
+        pairs = [
+            (text, sc_texts[j])
+            for j, (text, rr) in enumerate(zip(r_texts, rounds, strict=False))
+            if rr in guided and j < len(sc_texts)
+        ]
+        if not pairs:
             continue
-        a = graded(dataset, by_id[i], later[:n])
-        b = graded(dataset, by_id[i], sc_later[:n])
-        d = sum(a) / n - sum(b) / n
+        a = graded(dataset, by_id[i], [x for x, _ in pairs])
+        b = graded(dataset, by_id[i], [y for _, y in pairs])
+        d = (sum(a) - sum(b)) / len(pairs)
         diffs.append(d)
         first = int(sum(graded(dataset, by_id[i], r_texts[:k])))
         by_start.setdefault(first, []).append(d)

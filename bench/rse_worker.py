@@ -70,6 +70,7 @@ async def run(args: argparse.Namespace) -> None:
                 "bank_prompt_tokens": res.meta.get("bank_prompt_tokens"),
                 "settled": res.meta.get("settled"),
                 "distilled_rounds": res.meta.get("distilled_rounds"),
+                "guided_rounds": res.meta.get("guided_rounds"),
             }
             with open(out, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")

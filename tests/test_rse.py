@@ -537,3 +537,22 @@ async def test_budgeted_rse_pays_no_distillation_for_a_settled_first_round(encod
     assert not any(is_distill(b) for b in srv.requests)
     assert run.ledger.summary()["roles"].get("distill") is None
     assert len(run.pool) > 4  # what distillation would have cost went on samples
+
+
+async def test_budgeted_rse_names_the_rounds_its_bank_guided(encoder):
+    """``guided_rounds`` lists exactly the rounds whose prompts carried a bank block, so an
+    analysis of the bank's effect compares guided samples only (a round after a distillation
+    that kept nothing is plain sampling)."""
+    from rse_fast.methods import Problem, make_method
+
+    async with ScriptedServer(default_reply=reply) as srv:
+        async with LLMClient(srv.base_url, "scripted") as client:
+            config = {"settle_margin": None, "min_support_shown": 1}
+            method = make_method("rse", encoder=encoder, k=4, max_tokens=256, config=config)
+            run = await method.run(Problem("p", PROBLEM, gold=GOLD), 9000, client)
+    prompts = [prompt_of(b) for b in srv.requests if is_solve(b)]
+    per_round = {d["round"]: d["k"] for d in run.meta["rounds_detail"]}
+    guided = run.meta["guided_rounds"]
+    assert guided and 1 not in guided
+    assert sum(GUIDED_MARK in p for p in prompts) == sum(per_round[r] for r in guided)
+    assert all(GUIDED_MARK not in p for p in prompts[: per_round[1]])

@@ -122,6 +122,7 @@ class RSEMethod(Method):
         rounds: list[Any] = []
         block, settled = "", False
         bank_prompt_tokens = 0  # the bank block inside guided prompts (estimated)
+        guided_rounds: list[int] = []  # rounds whose prompts carried a non-empty bank block
         sampled = 0  # rollouts so far: sample j is seeded as self-consistency's sample j
         for r in range(1, self.max_rounds + 1):
             shown = 0 if settled else c.count_tokens(block)
@@ -138,6 +139,8 @@ class RSEMethod(Method):
             )
             engine.config = replace(cfg, k=k_r)
             bank_prompt_tokens += k_r * shown
+            if shown:
+                guided_rounds.append(r)
             before = len(c.ledger.records)
             try:
                 result, next_block = await engine.run_round(
@@ -184,6 +187,7 @@ class RSEMethod(Method):
         }
         meta["settled"] = settled
         meta["bank_prompt_tokens"] = bank_prompt_tokens
+        meta["guided_rounds"] = guided_rounds
         meta["pool_rounds"] = [
             rr.round
             for rr in select_rounds(rounds, cfg.select_from)
