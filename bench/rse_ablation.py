@@ -52,6 +52,7 @@ EASY = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
 #: needs; probe-multi-1.5b measures the 1.5B on it, probe-mid-0.5b a middle task.
 MULTI = "gym:basic_arithmetic?min_terms=5&max_terms=6&min_digits=2&max_digits=3"
 MID = "gym:basic_arithmetic?min_terms=3&max_terms=4&min_digits=1&max_digits=2"
+THREE = "gym:basic_arithmetic?min_terms=3&max_terms=3&min_digits=1&max_digits=2"
 #: Grade-school word problems (GSM8K templates with fresh numbers): several dependent steps
 #: in words, which is what "multi-step" means for a user, not just longer sums.
 GSM = "gym:gsm_symbolic"
@@ -82,6 +83,9 @@ CELLS = {
     # calibration: single samples (two per problem) of a candidate multi-step task
     "probe-mid-0.5b": Cell(
         "qwen2.5-coder-0.5b", MID, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
+    ),
+    "probe-three-0.5b": Cell(
+        "qwen2.5-coder-0.5b", THREE, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
     ),
     "probe-gsm-0.5b": Cell(
         "qwen2.5-coder-0.5b", GSM, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
