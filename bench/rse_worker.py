@@ -71,6 +71,8 @@ async def run(args: argparse.Namespace) -> None:
                 "settled": res.meta.get("settled"),
                 "distilled_rounds": res.meta.get("distilled_rounds"),
                 "guided_rounds": res.meta.get("guided_rounds"),
+                # what each round added to the bank, so a reader can see what guided the next
+                "accepted_per_round": [d["accepted"] for d in res.meta.get("rounds_detail", [])],
             }
             with open(out, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")
