@@ -399,10 +399,23 @@ def table(summary: dict[str, Any]) -> str:
         for m, acc in c["accuracy"].items():
             vs = pts(c.get(f"{slug(m)}_vs_sc", {})) if m != "sc" else ""
             part = f" (of {c['planned_problems']})" if c["partial"] else ""
+            name = c["cell"] + (" (retired)" if c["split"] == "retired" else "")
             lines.append(
-                f"| {c['cell']} | {c['problems']}{part} | {c['budget_tokens']:,} | {m} | "
+                f"| {name} | {c['problems']}{part} | {c['budget_tokens']:,} | {m} | "
                 f"{pct(acc)} | {c['mean_tokens'][m]:,.0f} | "
                 f"{c['samples_per_problem'][m]:.1f} | {vs} |"
+            )
+    if summary.get("probes"):
+        lines += [
+            "",
+            "| probe | model | task | problems | one sample right | SC's vote right |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in summary["probes"]:
+            task = c["task"].removeprefix("gym:")
+            lines.append(
+                f"| {c['cell']} | {c['model']} | `{task}` | {c['problems']} | "
+                f"{pct(c['single_sample_accuracy']['sc'])} | {pct(c['accuracy']['sc'])} |"
             )
     lines += [
         "",
@@ -432,8 +445,10 @@ def main() -> None:
         return
     if args.cell and not args.summarise_only:
         run_cell(args.cell, CELLS[args.cell], scripted=False)
-    cells = [s for n, c in CELLS.items() if (s := summarise_cell(n, c)) is not None]
-    summary = {"cells": cells, "pooled": pooled(cells)}
+    done = [s for n, c in CELLS.items() if (s := summarise_cell(n, c)) is not None]
+    cells = [c for c in done if c["split"] != "probe"]  # each compares RSE with SC
+    probes = [c for c in done if c["split"] == "probe"]  # SC alone: where a task sits
+    summary = {"cells": cells, "probes": probes, "pooled": pooled(cells)}
     write_result("rse_ablation", summary)
     replace_readme_block(
         "rse_ablation", table(summary), "## RSE at equal tokens: dev and test cells"
