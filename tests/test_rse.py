@@ -556,3 +556,21 @@ async def test_budgeted_rse_names_the_rounds_its_bank_guided(encoder):
     assert guided and 1 not in guided
     assert sum(GUIDED_MARK in p for p in prompts) == sum(per_round[r] for r in guided)
     assert all(GUIDED_MARK not in p for p in prompts[: per_round[1]])
+
+
+@pytest.mark.parametrize(("carried", "keep", "last_distilled"), [
+    (False, None, False),  # a fresh bank nobody keeps: the last round buys nothing
+    (True, None, True),  # a bank carried in is carried on: the last round feeds it
+    (True, False, False),  # unless the caller says it is not kept
+    (False, True, True),
+])  # fmt: skip
+async def test_last_round_is_distilled_only_when_the_bank_is_wanted(
+    encoder, carried, keep, last_distilled
+):
+    async with ScriptedServer(default_reply=reply) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=2, distill_final_round=False)
+        bank = ExperienceBank(encoder.dim) if carried else None
+        async with rse.client:
+            result = await rse.solve(PROBLEM, bank=bank, keep_bank=keep)
+    assert all(x.distill != "skipped" for x in result.rounds[0].rollouts)
+    assert all((x.distill != "skipped") is last_distilled for x in result.rounds[1].rollouts)

@@ -262,7 +262,10 @@ async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
             from rse_fast.rse.bank import ExperienceBank
 
             bank = ExperienceBank.load(args.bank_in)
-        result = await rse.solve(args.problem, gold=args.gold, resume=args.resume, bank=bank)
+        result = await rse.solve(
+            args.problem, gold=args.gold, resume=args.resume, bank=bank,
+            keep_bank=bool(args.bank_out) or args.distill_final_round,  # the CLI knows
+        )  # fmt: skip
         if args.bank_out and rse.bank is not None:
             rse.bank.save(args.bank_out)
         if trace is not None:

@@ -99,6 +99,7 @@ class RSE:
         self.checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
         self.progress = progress
         self.bank: ExperienceBank | None = None  # the bank of the last solve, when it ends
+        self.keep_bank: bool | None = None  # this solve's bank is wanted after it (see solve)
         kernels.warmup(self.encoder.dim)
 
     def solve_sync(self, problem: str, **kw: Any) -> RSEResult:
@@ -119,6 +120,7 @@ class RSE:
         gold: str | None = None,
         resume: bool = False,
         bank: ExperienceBank | None = None,
+        keep_bank: bool | None = None,
     ) -> RSEResult:
         """Run the configured rounds and return the voted answer with every round's record.
 
@@ -128,6 +130,9 @@ class RSE:
             resume: continue from the last checkpoint in ``checkpoint_dir`` (a checkpoint of
                 another problem is refused).
             bank: start from an existing experience bank (e.g. from a related problem).
+            keep_bank: the bank is wanted after this run, so the last round is distilled too
+                (and a settled round 1 still is). Default: when a bank was passed in (a bank
+                carried from another problem is carried on) or ``distill_final_round``.
 
         Raises:
             RoundFailedError: every rollout of a round failed (the checkpoint stays intact).
@@ -138,6 +143,7 @@ class RSE:
         t0 = time.perf_counter()
         cfg = self.config
         rounds: list[RoundResult] = []
+        bank_given = bank is not None
         bank = (
             bank if bank is not None else ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         )
@@ -148,6 +154,7 @@ class RSE:
                 self.client.ledger.restore(records)
         resumed_from = len(rounds)
         self.bank = bank
+        self.keep_bank = keep_bank if keep_bank is not None else bank_given or None
         block = self._render(bank, problem)
         settled = bool(rounds) and self.is_settled(rounds[0])
         for r in range(len(rounds) + 1, cfg.rounds + 1):
@@ -196,10 +203,15 @@ class RSE:
             guidance=cfg.guidance,
         )
 
+    def bank_wanted(self) -> bool:
+        """Whether the bank is wanted after the run: ``keep_bank`` of this solve, else
+        ``distill_final_round``."""
+        return self.config.distill_final_round if self.keep_bank is None else self.keep_bank
+
     def distils(self, r: int, settled: bool) -> bool:
         """Whether round ``r``'s rollouts are distilled: not once the vote is settled, and
-        the last round only when its bank is wanted (``distill_final_round``)."""
-        return not settled and (r < self.config.rounds or self.config.distill_final_round)
+        the last round only when its bank is wanted (:meth:`bank_wanted`)."""
+        return not settled and (r < self.config.rounds or self.bank_wanted())
 
     def is_settled(self, first: RoundResult) -> bool:
         """Whether round 1's vote is settled by ``settle_margin`` (the winner's share minus
@@ -214,13 +226,13 @@ class RSE:
     def _may_settle(self, r: int) -> bool:
         """Whether round ``r`` is distilled only if its vote does not settle: round 1 under a
         settle rule with ``skip_settled_distill``, unless the bank itself is wanted
-        (``distill_final_round``: saved or carried to another problem)."""
+        (:meth:`bank_wanted`: saved or carried to another problem)."""
         cfg = self.config
         return (
             r == 1
             and cfg.skip_settled_distill
             and cfg.settle_margin is not None
-            and not cfg.distill_final_round
+            and not self.bank_wanted()
         )
 
     async def run_round(
