@@ -79,6 +79,12 @@ CELLS = {
     # distillation costs about 2.5 rollouts), so the bank's effect on the samples it guides
     # can be measured at all
     "dev-easy8k-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 8, 101, 8000, ("rse", "sc"), "dev"),
+    # the ablation variants where RSE distils (each change switched off): queued after the
+    # test cells' first pass; a default it changes sends the 8,000-token test cells back
+    "dev-easy8k-ablate-0.5b": Cell(
+        "qwen2.5-coder-0.5b", EASY, 8, 101, 8000,
+        ("rse", "rse:batch", "rse:votes", "rse:support-1", "rse:rules", "sc"), "dev",
+    ),
     # calibration: single samples (two per problem) of a candidate multi-step task
     "probe-mid-0.5b": Cell(
         "qwen2.5-coder-0.5b", MID, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
