@@ -1,7 +1,7 @@
 """Does RSE pay for itself? A protocol: defaults chosen on dev seeds, reported once on test seeds.
 
     python bench/rse_ablation.py --cell dev-easy-0.5b     # run (or resume) one cell
-    python bench/rse_ablation.py --cell test-easy-0.5b
+    python bench/rse_ablation.py --cell test-easy-0.5b test-three-0.5b test-gsm-1.5b  # in turn
     python bench/rse_ablation.py --summarise-only         # rse_ablation.json + README table
     python bench/rse_ablation.py --scripted               # plumbing: the scripted server
 
@@ -441,7 +441,10 @@ def table(summary: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cell", choices=sorted(CELLS), help="run (or resume) this cell")
+    parser.add_argument(
+        "--cell", nargs="+", choices=sorted(CELLS), default=[],
+        help="run (or resume) these cells, one after another (the summary follows each)",
+    )  # fmt: skip
     parser.add_argument("--scripted", action="store_true", help="plumbing check, no model")
     parser.add_argument("--summarise-only", action="store_true")
     args = parser.parse_args()
@@ -449,8 +452,15 @@ def main() -> None:
         small = Cell("scripted", EASY, 3, 1, 1500, ("rse", "sc"), "dev")
         run_cell("scripted", small, scripted=True)
         return
-    if args.cell and not args.summarise_only:
-        run_cell(args.cell, CELLS[args.cell], scripted=False)
+    for name in [] if args.summarise_only else args.cell:
+        run_cell(name, CELLS[name], scripted=False)
+        summarise()
+    if args.summarise_only or not args.cell:
+        summarise()
+
+
+def summarise() -> None:
+    """rse_ablation.json and the bench README's table, from every cell's records."""
     done = [s for n, c in CELLS.items() if (s := summarise_cell(n, c)) is not None]
     cells = [c for c in done if c["split"] != "probe"]  # each compares RSE with SC
     probes = [c for c in done if c["split"] == "probe"]  # SC alone: where a task sits
