@@ -85,6 +85,14 @@ CELLS = {
         "qwen2.5-coder-0.5b", EASY, 8, 101, 8000,
         ("rse", "rse:batch", "rse:votes", "rse:support-1", "rse:rules", "sc"), "dev",
     ),
+    # the same variants on the 0.5B's multi-step task (dev seed 101), where round 1 splits
+    # more often and a bank reaches more prompts than on easy sums; run before the
+    # 8,000-token test cells go on, so the defaults they use are the dev set's choice
+    "dev-three-ablate-0.5b": Cell(
+        "qwen2.5-coder-0.5b", THREE, 8, 101, 8000,
+        ("rse", "rse:batch", "rse:votes", "rse:support-1", "rse:rules", "rse:no-settle", "sc"),
+        "dev", max_tokens=1024,
+    ),
     # calibration: single samples (two per problem) of a candidate multi-step task
     "probe-mid-0.5b": Cell(
         "qwen2.5-coder-0.5b", MID, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
