@@ -358,15 +358,28 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             continue
         diff, ci = paired_difference(score[m], score["sc"])
         out[f"{slug(m)}_vs_sc"] = {"diff": diff, "ci95": list(ci)}
+    # what each RSE method spent on experience and what its bank did to the samples it reached
+    experience = {
+        m: {
+            "overhead_share": overhead_share([recs.by_method[m][i] for i in ids]),
+            "guided_vs_sc_sample": guided_vs_sc_samples(
+                dataset, by_id, recs.by_method[m], recs.by_method["sc"], ids, cell.k
+            ),
+        }
+        for m in cell.methods
+        if m.startswith("rse")
+    }
     if "rse" in cell.methods:
-        rows = [recs.by_method["rse"][i] for i in ids]
         # the default settle rule spends the rest of a settled problem on plain samples, which
         # is what SC does: SC under the same rule is SC itself, so the pair is the same
         out["rse_vs_sc_settle"] = {**out["rse_vs_sc"], "sc_settle_is_sc": True}
-        out["overhead_share"] = overhead_share(rows)
-        out["guided_vs_sc_sample"] = guided_vs_sc_samples(
-            dataset, by_id, recs.by_method["rse"], recs.by_method["sc"], ids, cell.k
-        )
+        out.update(experience["rse"])
+        for m in cell.methods:  # an ablation variant against the defaults, paired
+            if m.startswith("rse:"):
+                diff, ci = paired_difference(score[m], score["rse"])
+                out[f"{slug(m)}_vs_rse"] = {"diff": diff, "ci95": list(ci)}
+    if len(experience) > 1:
+        out["experience_by_method"] = experience
     out["per_problem"] = {m: dict(zip(ids, score[m], strict=True)) for m in cell.methods}
     return out
 
@@ -437,10 +450,12 @@ def table(summary: dict[str, Any]) -> str:
         "|---|---|---|",
     ]
     for c in summary["cells"]:
-        if "overhead_share" in c:
-            g = c["guided_vs_sc_sample"]
-            share = pct(c["overhead_share"])
-            lines.append(f"| {c['cell']} | {share} | {pts(g)} ({g['problems']} problems) |")
+        if "overhead_share" not in c:
+            continue
+        for m, e in c.get("experience_by_method", {"rse": c}).items():
+            g, share = e["guided_vs_sc_sample"], pct(e["overhead_share"])
+            name = c["cell"] + ("" if m == "rse" else f" {m}")
+            lines.append(f"| {name} | {share} | {pts(g)} ({g['problems']} problems) |")
     p = summary["pooled"]
     lines += ["", f"Pooled over the test cells ({p['problems']} problems): RSE − SC "
               f"{pts(p['rse_vs_sc'])}."]  # fmt: skip

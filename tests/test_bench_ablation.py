@@ -1,0 +1,100 @@
+"""The ablation's analysis: the numbers a claim about RSE rests on, from records we write here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import rse_ablation  # noqa: E402
+
+
+class Dataset:
+    """Grades a sample right when it ends in the problem's gold answer."""
+
+    def grade(self, problem: Any, text: str) -> bool:
+        return text.endswith(f"={problem.gold}")
+
+
+def record(texts: list[str], rounds: list[int], guided: list[int] | None) -> dict[str, Any]:
+    return {"pool_texts": texts, "pool_rounds": rounds, "guided_rounds": guided}
+
+
+def test_guided_samples_are_compared_with_sc_at_the_same_positions_only() -> None:
+    problem = SimpleNamespace(gold="5")
+    right, wrong = "x=5", "x=4"
+    # round 1 (positions 0-1) shared; round 2 guided; round 3 a plain round after settling
+    rse = {"p": record([right, wrong, right, right, wrong, wrong], [1, 1, 2, 2, 3, 3], [2])}
+    sc = {"p": record([right, wrong, wrong, wrong, right, right], [1, 1, 1, 1, 1, 1], None)}
+    got = rse_ablation.guided_vs_sc_samples(Dataset(), {"p": problem}, rse, sc, ["p"], k=2)
+    assert got["problems"] == 1
+    assert got["diff"] == pytest.approx(1.0)  # positions 2-3: RSE right twice, SC never
+    assert got["by_round1_right"] == {"1": {"diff": pytest.approx(1.0), "problems": 1}}
+
+
+def test_a_problem_no_bank_reached_is_left_out() -> None:
+    problem = SimpleNamespace(gold="5")
+    rse = {"p": record(["x=5", "x=4", "x=4"], [1, 1, 2], [])}
+    sc = {"p": record(["x=5", "x=4", "x=5"], [1, 1, 1], None)}
+    got = rse_ablation.guided_vs_sc_samples(Dataset(), {"p": problem}, rse, sc, ["p"], k=2)
+    assert got["problems"] == 0 and got["diff"] is None
+
+
+def test_old_records_count_every_later_round_only_when_a_block_was_shown() -> None:
+    shown = {"pool_rounds": [1, 1, 2, 3], "bank_prompt_tokens": 40}
+    assert rse_ablation.guided_rounds(shown) == {2, 3}
+    assert rse_ablation.guided_rounds({**shown, "bank_prompt_tokens": 0}) == set()
+    assert rse_ablation.guided_rounds({**shown, "guided_rounds": [3]}) == {3}
+
+
+def test_experience_share_counts_distillation_and_the_bank_block() -> None:
+    rows = [
+        {"tokens": 1000, "roles": {"rollout": 600, "distill": 300}, "bank_prompt_tokens": 100},
+        {"tokens": 1000, "roles": {"rollout": 1000}, "bank_prompt_tokens": 0},
+    ]
+    assert rse_ablation.overhead_share(rows) == pytest.approx(0.2)
+
+
+def test_variants_are_reported_against_the_defaults_and_each_has_its_bank_effect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    problems = [SimpleNamespace(id=f"p{i}", gold=str(i)) for i in range(4)]
+    dataset = SimpleNamespace(problems=problems, grade=Dataset().grade)
+    monkeypatch.setattr(rse_ablation, "load_dataset", lambda *_: dataset)
+    monkeypatch.setattr(rse_ablation, "WORK", tmp_path)
+    cell = rse_ablation.Cell("m", "t", 4, 1, 100, ("rse", "rse:votes", "sc"), "dev")
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "cell.json").write_text('{"commit": "abc", "machine": {}}')
+
+    def rows(right: list[bool], later: list[bool], guided: list[int] | None) -> str:
+        out = []
+        for p, ok in zip(problems, right, strict=True):
+            texts = [f"={p.gold}", "=x"] + [f"={p.gold}" if x else "=x" for x in later]
+            rec = {
+                "id": p.id, "tokens": 100, "final_text": f"={p.gold}" if ok else "=x",
+                "pool_texts": texts, "pool_rounds": [1, 1, 2, 2], "guided_rounds": guided,
+                "roles": {"distill": 25}, "bank_prompt_tokens": 0,
+            }  # fmt: skip
+            out.append(json.dumps(rec))
+        return "\n".join(out)
+
+    (folder / "rse.jsonl").write_text(rows([True, True, False, False], [False, False], [2]))
+    (folder / "rse_votes.jsonl").write_text(rows([True, True, True, False], [True, True], [2]))
+    (folder / "sc.jsonl").write_text(rows([True, False, False, False], [True, False], None))
+    got = rse_ablation.summarise_cell("c", cell)
+    assert got is not None
+    assert got["rse_vs_sc"]["diff"] == pytest.approx(0.25)
+    assert got["rse_votes_vs_rse"]["diff"] == pytest.approx(0.25)
+    by = got["experience_by_method"]
+    assert by["rse"]["guided_vs_sc_sample"]["diff"] == pytest.approx(-0.5)
+    assert by["rse:votes"]["guided_vs_sc_sample"]["diff"] == pytest.approx(0.5)
+    assert got["guided_vs_sc_sample"] == by["rse"]["guided_vs_sc_sample"]
+    assert by["rse:votes"]["overhead_share"] == pytest.approx(0.25)
