@@ -154,7 +154,9 @@ class RSE:
                 self.client.ledger.restore(records)
         resumed_from = len(rounds)
         self.bank = bank
-        self.keep_bank = keep_bank if keep_bank is not None else bank_given or None
+        if keep_bank is None and bank_given:
+            keep_bank = True  # a bank carried in from another problem is carried on
+        self.keep_bank = keep_bank  # None: the config decides (``distill_final_round``)
         block = self._render(bank, problem)
         settled = bool(rounds) and self.is_settled(rounds[0])
         for r in range(len(rounds) + 1, cfg.rounds + 1):
