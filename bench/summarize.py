@@ -172,18 +172,30 @@ def table() -> str:
 
 
 def lookup(ref: str) -> Any:
-    """The JSON value ``file.key.sub`` names (a number picks a list item)."""
+    """The JSON value ``file.key.sub`` names. In a list, a number picks an item by position and
+    a name picks the item whose ``cell`` is that name (``rse_ablation.cells.test-easy-0.5b``,
+    dots and all): a name still points at the same cell when cells are added before it."""
     name, *keys = ref.split(".")
     value: Any = read_result(name)
     if not value:
         raise KeyError(f"{ref}: no results/{name}.json")
-    for key in keys:
+    i = 0
+    while i < len(keys):
+        key = keys[i]
+        if isinstance(value, list):
+            cells = {v.get("cell"): v for v in value if isinstance(v, dict)}
+            # the longest run of parts that names a cell ("probe-gsm-0" + "5b")
+            named = next((j for j in range(len(keys), i, -1) if ".".join(keys[i:j]) in cells), 0)
+            if named:
+                value, i = cells[".".join(keys[i:named])], named
+                continue
         if isinstance(value, list) and key.isdigit() and int(key) < len(value):
             value = value[int(key)]
         elif isinstance(value, dict) and key in value:
             value = value[key]
         else:
             raise KeyError(f"{ref}: no key {key!r} in results/{name}.json")
+        i += 1
     return value
 
 

@@ -108,3 +108,15 @@ def test_hand_typed_measurements_are_recognised(tmp_path, line, flagged):
     doc = tmp_path / "README.md"
     doc.write_text(f"Intro.\n\n{line}\n\n```bash\nsleep 5 s\n```\n")
     assert bool(typed_measurements(doc.read_text())) == flagged
+
+
+def test_a_cell_is_named_not_counted(monkeypatch):
+    """A reference names a cell; cells added before it do not move it to another cell."""
+    cells = [{"cell": "a", "x": 1}, {"cell": "b-0.5b", "x": 2}]
+    monkeypatch.setattr(summarize, "read_result", lambda name: {"cells": cells})
+    assert summarize.lookup("r.cells.b-0.5b.x") == 2
+    cells.insert(0, {"cell": "new", "x": 3})
+    assert summarize.lookup("r.cells.b-0.5b.x") == 2
+    assert summarize.lookup("r.cells.0.x") == 3
+    with pytest.raises(KeyError, match="'c'"):
+        summarize.lookup("r.cells.c.x")
