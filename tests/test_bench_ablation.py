@@ -95,6 +95,6 @@ def test_variants_are_reported_against_the_defaults_and_each_has_its_bank_effect
     assert got["rse_votes_vs_rse"]["diff"] == pytest.approx(0.25)
     by = got["experience_by_method"]
     assert by["rse"]["guided_vs_sc_sample"]["diff"] == pytest.approx(-0.5)
-    assert by["rse:votes"]["guided_vs_sc_sample"]["diff"] == pytest.approx(0.5)
+    assert by["rse_votes"]["guided_vs_sc_sample"]["diff"] == pytest.approx(0.5)
     assert got["guided_vs_sc_sample"] == by["rse"]["guided_vs_sc_sample"]
-    assert by["rse:votes"]["overhead_share"] == pytest.approx(0.25)
+    assert by["rse_votes"]["overhead_share"] == pytest.approx(0.25)

@@ -88,7 +88,7 @@ def test_bad_config_is_a_usage_error_naming_the_range(capsys):
 
 
 def test_bank_carried_across_problems_with_bank_out_and_bank_in(capsys, tmp_path):
-    from rse_fast.prompts import FRAMING
+    from rse_fast.prompts import GUIDED_RULES, ORIGIN_RELATED
     from rse_fast.rse.bank import ExperienceBank
 
     from fakes.scripted_model import PITFALL, is_solve, prompt_of
@@ -105,7 +105,8 @@ def test_bank_carried_across_problems_with_bank_out_and_bank_in(capsys, tmp_path
         assert cli.main(["solve", other, *base, "--bank-in", str(bank)]) == 0
         first_prompts = [prompt_of(b) for b in srv.requests[n_before:] if is_solve(b)]
     capsys.readouterr()
-    assert first_prompts and all(FRAMING[False] in p and PITFALL in p for p in first_prompts)
+    related = GUIDED_RULES.format(origin=ORIGIN_RELATED)  # the default framing, another problem
+    assert first_prompts and all(related in p and PITFALL in p for p in first_prompts)
 
 
 def test_terminal_gets_live_progress_bars_with_rates_and_bank_names():

@@ -102,7 +102,10 @@ async def test_rse_sizes_rounds_and_k_to_the_budget(encoder):
     for res in (small, large):
         assert abs(res.budget_error) <= 0.10, res.tokens
         assert res.meta["rounds"] >= 2  # the bank is always used at least once
-    assert len(large.pool) > len(small.pool)
+    # more budget buys more rollout tokens; not always more samples, since guided prompts
+    # carry the bank block (the default rules framing costs more than a short reply here)
+    explore = [r.ledger.summary()["roles"]["explore"]["total_tokens"] for r in (small, large)]
+    assert explore[1] > explore[0] + 1500
 
 
 async def test_reward_model_goes_through_the_transport_with_retries_and_the_ledger():

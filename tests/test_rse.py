@@ -20,11 +20,11 @@ from rse_fast.testing import Fault, ScriptedServer
 from fakes.scripted_model import (
     FACT,
     GOLD,
-    GUIDED_MARK,
     MECHANISM,
     PITFALL,
     PROBLEM,
     is_distill,
+    is_guided,
     is_solve,
     prompt_of,
     reply,
@@ -55,7 +55,8 @@ async def test_recycling_changes_round_two_prompts_and_answers(encoder):
         result = await solve(srv.base_url, encoder, GOLD)
     solve_prompts = [prompt_of(b) for b in srv.requests if is_solve(b)]
     assert len(solve_prompts) == 12
-    assert all(GUIDED_MARK not in p for p in solve_prompts[:4])  # empty bank: plain prompt
+    guided = [is_guided(b) for b in srv.requests if is_solve(b)]
+    assert guided == [False] * 4 + [True] * 8  # empty bank: plain prompt
     assert all(PITFALL in p and FACT in p for p in solve_prompts[4:])
     assert result.accuracy_per_round == [0.0, 1.0, 1.0]
     assert [r.answer for r in result.rounds] == ["32", "42", "42"]
@@ -350,18 +351,18 @@ async def test_unparseable_distillation_is_retried_with_new_seeds_and_booked(enc
     assert [x.distill_tries for x in result.rounds[0].rollouts] == [2, 2]
 
 
-async def test_guided_prompt_is_one_framing_line_then_the_items(encoder):
+async def test_short_guidance_is_one_framing_line_then_the_items(encoder):
     async with ScriptedServer(default_reply=reply) as srv:
-        result = await solve(srv.base_url, encoder, GOLD, rounds=2)
+        result = await solve(srv.base_url, encoder, GOLD, rounds=2, guidance="short")
     block = result.rounds[1].experience_block
     lines = block.splitlines()
     assert lines[0] == FRAMING[True] and f"- avoid: {PITFALL}" in lines
     assert all(line.startswith(("- avoid: ", "- found: ")) for line in lines[1:])
-    assert "Never repeat one" not in block  # the long rules are an ablation now
+    assert "Never repeat one" not in block  # no rules in the short framing
     # the bank goes to the next problem: the framing says it comes from related problems
     other = "What is 38 + 27? Mind the carry."
     async with ScriptedServer(default_reply=reply) as srv2:
-        rse = make_rse(srv2.base_url, encoder, rounds=1)
+        rse = make_rse(srv2.base_url, encoder, rounds=1, guidance="short")
         seeded = await _bank_from(srv2.base_url, encoder)
         async with rse.client:
             await rse.solve(other, bank=seeded)
@@ -370,9 +371,11 @@ async def test_guided_prompt_is_one_framing_line_then_the_items(encoder):
     assert not any(FRAMING[True] in p for p in prompts)
 
 
-async def test_rules_guidance_ablation_asks_for_a_recheck_not_a_number_ban(encoder):
+async def test_default_guidance_is_the_rules_asking_for_a_recheck_not_a_number_ban(encoder):
+    """The dev set's choice (dev-three-ablate-0.5b): the four rules, rule 3 a re-check."""
+    assert RSEConfig().guidance == "rules"
     async with ScriptedServer(default_reply=reply) as srv:
-        result = await solve(srv.base_url, encoder, GOLD, rounds=2, guidance="rules")
+        result = await solve(srv.base_url, encoder, GOLD, rounds=2)
     block = result.rounds[1].experience_block
     assert block.startswith(GUIDED_RULES.format(origin=ORIGIN_SAME)) and PITFALL in block
     assert "Never repeat one" in block and "Re-check every number" in block
@@ -550,12 +553,12 @@ async def test_budgeted_rse_names_the_rounds_its_bank_guided(encoder):
             config = {"settle_margin": None, "min_support_shown": 1}
             method = make_method("rse", encoder=encoder, k=4, max_tokens=256, config=config)
             run = await method.run(Problem("p", PROBLEM, gold=GOLD), 9000, client)
-    prompts = [prompt_of(b) for b in srv.requests if is_solve(b)]
+    shown = [is_guided(b) for b in srv.requests if is_solve(b)]
     per_round = {d["round"]: d["k"] for d in run.meta["rounds_detail"]}
     guided = run.meta["guided_rounds"]
     assert guided and 1 not in guided
-    assert sum(GUIDED_MARK in p for p in prompts) == sum(per_round[r] for r in guided)
-    assert all(GUIDED_MARK not in p for p in prompts[: per_round[1]])
+    assert sum(shown) == sum(per_round[r] for r in guided)
+    assert not any(shown[: per_round[1]])
 
 
 @pytest.mark.parametrize(("carried", "keep", "last_distilled"), [

@@ -89,7 +89,12 @@ def add_parser(sub: Any) -> None:
         default=2,
         help="rollouts that must find an experience before the prompt shows it (K >= 4)",
     )
-    g.add_argument("--guidance", choices=("short", "rules"), default="short")
+    g.add_argument(
+        "--guidance",
+        choices=("short", "rules"),
+        help="the bank block's framing: four rules on its use (the default, chosen on the dev "
+        "set) or one line (an ablation)",
+    )
     g.add_argument(
         "--distill-final-round",
         action="store_true",
@@ -199,6 +204,8 @@ def config_from(args: argparse.Namespace, local: bool) -> RSEConfig:
     extra: dict[str, Any] = {}
     if args.distill_max_tokens is not None:
         extra["distill_max_tokens"] = args.distill_max_tokens
+    if args.guidance is not None:  # else RSEConfig's default
+        extra["guidance"] = args.guidance
     return RSEConfig(
         rounds=args.rounds,
         k=ks[0] if len(ks) == 1 else ks,
@@ -221,7 +228,6 @@ def config_from(args: argparse.Namespace, local: bool) -> RSEConfig:
         distill_format=args.distill_format,
         settle_margin=args.settle_margin,
         min_support_shown=args.min_support,
-        guidance=args.guidance,
         **extra,
     )
 

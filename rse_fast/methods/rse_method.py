@@ -25,7 +25,8 @@ from rse_fast.rse.results import Progress
 VARIANTS: dict[str, dict[str, Any]] = {
     "support-1": {"min_support_shown": 1},
     "no-settle": {"settle_margin": None},
-    "rules": {"guidance": "rules"},
+    "rules": {"guidance": "rules"},  # the default since dev-three-ablate-0.5b
+    "short": {"guidance": "short"},
     "structured": {"distill_format": "structured"},
     "votes": {"distill_sees_votes": True},
     "batch": {"distill_mode": "batch"},

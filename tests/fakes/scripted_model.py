@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 
-from rse_fast.prompts import DISTILL_SYSTEM, SOLVE_SYSTEM, UNCHECKED
+from rse_fast.prompts import DISTILL_SYSTEM, SOLVE_SYSTEM
 
 PROBLEM = "What is 27 + 15? Mind the carry."
 GOLD = "42"
 PITFALL = "Adding 27 and 15 without carrying the one from the units column gives 32, not 42."
 FACT = "The units digits 7 and 5 sum to 12, so write 2 and carry 1."
-#: What every guided prompt carries (the bank block's framing).
-GUIDED_MARK = UNCHECKED
 #: The engine's new defaults hide the recycling mechanism this fake exercises (its round 1 is
 #: unanimous, its items are single sightings, its last round is read): mechanism tests switch
 #: them off and the defaults have tests of their own.
@@ -25,6 +23,12 @@ def is_distill(body: dict) -> bool:
 
 def is_solve(body: dict) -> bool:
     return body["messages"][0]["content"].startswith(SOLVE_SYSTEM)
+
+
+def is_guided(body: dict) -> bool:
+    """A solve prompt that carries a bank block (it follows the system text, whatever its
+    framing)."""
+    return is_solve(body) and body["messages"][0]["content"] != SOLVE_SYSTEM
 
 
 def prompt_of(body: dict) -> str:
@@ -58,11 +62,11 @@ def reply(body: dict, index: int) -> str:
 __all__ = [
     "FACT",
     "GOLD",
-    "GUIDED_MARK",
     "MECHANISM",
     "PITFALL",
     "PROBLEM",
     "is_distill",
+    "is_guided",
     "is_solve",
     "prompt_of",
     "reply",
