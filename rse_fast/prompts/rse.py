@@ -1,8 +1,9 @@
 """RSE's prompts: the bank block of the guided solve prompt, and distillation (prompt, schema).
 
-Why they are short: on small models a rollout is ~200 tokens, so every token of instructions
-in a distillation or a guided prompt is paid again per rollout (the committed ablation spent
-~82% of RSE's budget there). Why they are written this way (DESIGN §1.3):
+Why the distillation prompt is short: on small models a rollout is ~200 tokens, so every
+token of instructions in a distillation or a guided prompt is paid again per rollout (the
+previous release's ablation spent ~82% of RSE's budget there; the rules above the bank stay
+because the dev set measured them worth their tokens). Why they are written this way (DESIGN §1.3):
 - a distiller forced to fill every field of a pitfall invents flaws in correct work, so no
   field and no count is required: an empty list is a valid answer;
 - banning every number of the bank switches recycling off on arithmetic, so propositions keep
@@ -21,7 +22,7 @@ from rse_fast.llm.types import Message
 
 Guidance = Literal["short", "rules"]
 
-#: The one framing line above the bank (default ``guidance="short"``).
+#: The one framing line above the bank (``guidance="short"``, an ablation).
 UNCHECKED = "Nobody has checked them: re-check any note you rely on."
 FRAMING = {
     True: f"Notes from earlier attempts at this problem. {UNCHECKED}",
@@ -31,8 +32,9 @@ FRAMING = {
 AVOID = "avoid"
 KNOWN = "found"
 
-#: The previous release's rules, kept as the ``guidance="rules"`` ablation (rule 3 now asks
-#: for a re-check instead of forbidding every number).
+#: The four rules above the bank (``guidance="rules"``, the default: on the dev set they beat
+#: the one framing line on accuracy and on the guided samples; rule 3 asks for a re-check
+#: instead of forbidding every number, as the previous release's did).
 GUIDED_RULES = (
     "Below is experience collected from earlier attempts at {origin}. Nobody has checked it "
     "against a correct answer, and parts of it are wrong. Use it this way:\n"
