@@ -358,6 +358,9 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             continue
         diff, ci = paired_difference(score[m], score["sc"])
         out[f"{slug(m)}_vs_sc"] = {"diff": diff, "ci95": list(ci)}
+        if m.startswith("rse:") and "rse" in score:  # an ablation variant against the defaults
+            diff, ci = paired_difference(score[m], score["rse"])
+            out[f"{slug(m)}_vs_rse"] = {"diff": diff, "ci95": list(ci)}
     # what each RSE method spent on experience and what its bank did to the samples it reached
     experience = {
         slug(m): {
@@ -374,10 +377,6 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         # is what SC does: SC under the same rule is SC itself, so the pair is the same
         out["rse_vs_sc_settle"] = {**out["rse_vs_sc"], "sc_settle_is_sc": True}
         out.update(experience["rse"])
-        for m in cell.methods:  # an ablation variant against the defaults, paired
-            if m.startswith("rse:"):
-                diff, ci = paired_difference(score[m], score["rse"])
-                out[f"{slug(m)}_vs_rse"] = {"diff": diff, "ci95": list(ci)}
     if len(experience) > 1:
         out["experience_by_method"] = experience
     out["per_problem"] = {m: dict(zip(ids, score[m], strict=True)) for m in cell.methods}
