@@ -63,10 +63,10 @@ def test_render_empty_pitfalls_first_and_within_budget():
     texts = [f"statement number {i} " + "pad " * 10 for i in range(6)]
     cands = [exp(t, "positive" if i % 2 else "negative", i) for i, t in enumerate(texts)]
     bank.add(cands, unit(6, seed=3), {"positive": 1.0, "negative": 1.0})
-    full = bank.render(token_budget=10_000)
+    full = bank.render(token_budget=10_000, guidance="short")
     assert full.index("- avoid: ") < full.index("- found: ")  # pitfalls first
     assert all(t in full for t in texts)
-    ruled = bank.render(token_budget=10_000, guidance="rules")
+    ruled = bank.render(token_budget=10_000)  # the default framing: the rules
     assert ruled.index(PITFALLS_HEADER) < ruled.index(PROPOSITIONS_HEADER)
     budget = rules_tokens() + 40  # room for about three of the six statements
     small = bank.render(token_budget=budget)

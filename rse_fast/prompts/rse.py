@@ -21,6 +21,8 @@ from typing import Any, Literal
 from rse_fast.llm.types import Message
 
 Guidance = Literal["short", "rules"]
+#: The framing RSE and a bank render with unless told otherwise (chosen on the dev set).
+DEFAULT_GUIDANCE: Guidance = "rules"
 
 #: The one framing line above the bank (``guidance="short"``, an ablation).
 UNCHECKED = "Nobody has checked them: re-check any note you rely on."
@@ -84,7 +86,7 @@ def render_experiences(
     negatives: Sequence[str],
     positives: Sequence[str],
     same_problem: bool = True,
-    guidance: Guidance = "short",
+    guidance: Guidance = DEFAULT_GUIDANCE,
 ) -> str:
     """The bank as prompt text; "" when both lists are empty. ``short``: one framing line,
     then one tagged line per item, pitfalls first. ``rules``: the long rules and headers."""

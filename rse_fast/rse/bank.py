@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rse_fast.llm.ledger import approx_token_count
-from rse_fast.prompts.rse import Guidance, render_experiences
+from rse_fast.prompts.rse import DEFAULT_GUIDANCE, Guidance, render_experiences
 from rse_fast.rse.index import SimilarityIndex, normalize_rows
 
 Kind = Literal["positive", "negative"]
@@ -224,7 +224,7 @@ class ExperienceBank:
         max_per_kind: int | None = None,
         same_problem: bool = True,
         min_support: int = 1,
-        guidance: Guidance = "short",
+        guidance: Guidance = DEFAULT_GUIDANCE,
     ) -> str:
         """Prompt text for the bank: the best-ranked experiences of both kinds with at least
         ``min_support`` that fit ``token_budget`` (framing included), pitfalls first."""

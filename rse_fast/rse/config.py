@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from rse_fast.prompts.rse import DEFAULT_GUIDANCE, Guidance
 from rse_fast.util.options import checked_options
 
 
@@ -134,7 +135,7 @@ class RSEConfig:
     bank_token_budget: int = 1000
     min_support_shown: int = 2
     min_support_from_k: int = 4
-    guidance: Literal["short", "rules"] = "rules"
+    guidance: Guidance = DEFAULT_GUIDANCE
     settle_margin: float | None = 1.0
     settle_spend: Literal["sample", "stop"] = "sample"
     skip_settled_distill: bool = False
