@@ -300,6 +300,26 @@ def guided_vs_sc_samples(
     }
 
 
+def bank_reach(
+    records: dict[str, Any], score: dict[str, float], sc_score: dict[str, float], ids: list[str]
+) -> dict[str, Any]:
+    """Where an accuracy difference comes from: RSE − SC on the problems whose prompts a bank
+    reached and on those it never did (there RSE was plain sampling with fewer samples, so a
+    gain is noise, not experience), and the share of problems that paid for a distillation
+    no prompt ever showed."""
+    groups: dict[str, list[float]] = {"shown": [], "not_shown": []}
+    unshown = 0
+    for i in ids:
+        shown = bool(guided_rounds(records[i]))
+        groups["shown" if shown else "not_shown"].append(score[i] - sc_score[i])
+        unshown += not shown and bool(records[i].get("distilled_rounds"))
+    out: dict[str, Any] = {
+        g: {"diff": sum(v) / len(v) if v else None, "problems": len(v)} for g, v in groups.items()
+    }
+    out["distilled_never_shown_share"] = unshown / len(ids) if ids else None
+    return out
+
+
 def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     folder = WORK / name
     if not (folder / "cell.json").exists():
@@ -368,6 +388,12 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             "guided_vs_sc_sample": guided_vs_sc_samples(
                 dataset, by_id, recs.by_method[m], recs.by_method["sc"], ids, cell.k
             ),
+            "bank_reach": bank_reach(
+                recs.by_method[m],
+                dict(zip(ids, score[m], strict=True)),
+                dict(zip(ids, score["sc"], strict=True)),
+                ids,
+            ),
         }
         for m in cell.methods
         if m.startswith("rse")
@@ -404,7 +430,14 @@ def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
     if not a:
         return {"rse_vs_sc": {"diff": None, "ci95": [None, None]}, "problems": 0}
     diff, ci = paired_difference(a, b)
-    return {"rse_vs_sc": {"diff": diff, "ci95": list(ci)}, "problems": len(a)}
+    reach: dict[str, Any] = {}
+    for group in ("shown", "not_shown"):
+        tests = [c for c in cells if c["split"] == "test" and "bank_reach" in c]
+        parts = [c["bank_reach"][group] for c in tests]
+        n = sum(x["problems"] for x in parts)
+        total = sum(x["diff"] * x["problems"] for x in parts if x["problems"])
+        reach[group] = {"diff": total / n if n else None, "problems": n}
+    return {"rse_vs_sc": {"diff": diff, "ci95": list(ci)}, "problems": len(a), "bank_reach": reach}
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -416,6 +449,10 @@ def table(summary: dict[str, Any]) -> str:
             return "—"
         lo, hi = d["ci95"]
         return f"{100 * d['diff']:+.1f} pts [{100 * lo:+.0f}, {100 * hi:+.0f}]"
+
+    def split(d: dict[str, Any]) -> str:
+        diff = "—" if d["diff"] is None else f"{100 * d['diff']:+.1f} pts"
+        return f"{diff} ({d['problems']})"
 
     lines = [
         "| cell | problems | budget | method | accuracy | mean tokens | samples | vs SC |",
@@ -445,19 +482,30 @@ def table(summary: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        "| cell | experience share of RSE's tokens | guided − SC samples |",
-        "|---|---|---|",
+        "| cell | experience share of RSE's tokens | guided − SC samples "
+        "| RSE − SC, bank shown | RSE − SC, never shown | distilled, never shown |",
+        "|---|---|---|---|---|---|",
     ]
     for c in summary["cells"]:
         if "overhead_share" not in c:
             continue
         for m, e in c.get("experience_by_method", {"rse": c}).items():
-            g, share = e["guided_vs_sc_sample"], pct(e["overhead_share"])
+            g, share, reach = e["guided_vs_sc_sample"], pct(e["overhead_share"]), e["bank_reach"]
             name = c["cell"] + ("" if m == "rse" else f" {m.replace('_', ':', 1)}")
-            lines.append(f"| {name} | {share} | {pts(g)} ({g['problems']} problems) |")
+            lines.append(
+                f"| {name} | {share} | {pts(g)} ({g['problems']} problems) | "
+                f"{split(reach['shown'])} | {split(reach['not_shown'])} | "
+                f"{pct(reach['distilled_never_shown_share'])} |"
+            )
     p = summary["pooled"]
     lines += ["", f"Pooled over the test cells ({p['problems']} problems): RSE − SC "
               f"{pts(p['rse_vs_sc'])}."]  # fmt: skip
+    if "bank_reach" in p:
+        r = p["bank_reach"]
+        lines[-1] += (
+            f" Where a bank reached a prompt: {split(r['shown'])}; where none did (plain "
+            f"sampling, fewer samples than SC): {split(r['not_shown'])}."
+        )
     return "\n".join(lines)
 
 

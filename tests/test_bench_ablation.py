@@ -98,3 +98,36 @@ def test_variants_are_reported_against_the_defaults_and_each_has_its_bank_effect
     assert by["rse_votes"]["guided_vs_sc_sample"]["diff"] == pytest.approx(0.5)
     assert got["guided_vs_sc_sample"] == by["rse"]["guided_vs_sc_sample"]
     assert by["rse_votes"]["overhead_share"] == pytest.approx(0.25)
+
+
+def test_bank_reach_splits_the_difference_by_whether_a_bank_was_shown() -> None:
+    records = {
+        "a": {"guided_rounds": [2], "distilled_rounds": 1},  # shown: RSE right, SC wrong
+        "b": {"guided_rounds": [], "distilled_rounds": 2},  # paid for, never shown
+        "c": {"guided_rounds": [], "distilled_rounds": 0},  # nothing distilled
+    }
+    rse = {"a": 1.0, "b": 0.0, "c": 1.0}
+    sc = {"a": 0.0, "b": 1.0, "c": 1.0}
+    got = rse_ablation.bank_reach(records, rse, sc, ["a", "b", "c"])
+    assert got["shown"] == {"diff": pytest.approx(1.0), "problems": 1}
+    assert got["not_shown"] == {"diff": pytest.approx(-0.5), "problems": 2}
+    assert got["distilled_never_shown_share"] == pytest.approx(1 / 3)
+
+
+def test_pooled_bank_reach_weights_each_cell_by_its_problems() -> None:
+    def cell(split: str, shown: tuple[float, int], not_shown: tuple[float, int]) -> dict[str, Any]:
+        n = shown[1] + not_shown[1]
+        return {
+            "split": split,
+            "per_problem": {"rse": {f"{split}{i}": 1.0 for i in range(n)},
+                            "sc": {f"{split}{i}": 0.0 for i in range(n)}},
+            "bank_reach": {"shown": {"diff": shown[0], "problems": shown[1]},
+                           "not_shown": {"diff": not_shown[0], "problems": not_shown[1]}},
+        }  # fmt: skip
+
+    cells = [cell("test", (1.0, 1), (0.0, 3)), cell("test", (0.0, 3), (0.5, 1)),
+             cell("dev", (1.0, 10), (1.0, 10))]  # fmt: skip
+    got = rse_ablation.pooled(cells)
+    assert got["problems"] == 8  # the dev cell is not pooled
+    assert got["bank_reach"]["shown"] == {"diff": pytest.approx(0.25), "problems": 4}
+    assert got["bank_reach"]["not_shown"] == {"diff": pytest.approx(0.125), "problems": 4}
