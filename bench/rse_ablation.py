@@ -504,7 +504,7 @@ def table(summary: dict[str, Any]) -> str:
         r = p["bank_reach"]
         lines[-1] += (
             f" Where a bank reached a prompt: {split(r['shown'])}; where none did (plain "
-            f"sampling, fewer samples than SC): {split(r['not_shown'])}."
+            f"sampling as in SC, less what distillation took): {split(r['not_shown'])}."
         )
     return "\n".join(lines)
 
