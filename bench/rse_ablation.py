@@ -381,6 +381,7 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         if m.startswith("rse:") and "rse" in score:  # an ablation variant against the defaults
             diff, ci = paired_difference(score[m], score["rse"])
             out[f"{slug(m)}_vs_rse"] = {"diff": diff, "ci95": list(ci)}
+    per_problem = {m: dict(zip(ids, score[m], strict=True)) for m in cell.methods}
     # what each RSE method spent on experience and what its bank did to the samples it reached
     experience = {
         slug(m): {
@@ -388,12 +389,7 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             "guided_vs_sc_sample": guided_vs_sc_samples(
                 dataset, by_id, recs.by_method[m], recs.by_method["sc"], ids, cell.k
             ),
-            "bank_reach": bank_reach(
-                recs.by_method[m],
-                dict(zip(ids, score[m], strict=True)),
-                dict(zip(ids, score["sc"], strict=True)),
-                ids,
-            ),
+            "bank_reach": bank_reach(recs.by_method[m], per_problem[m], per_problem["sc"], ids),
         }
         for m in cell.methods
         if m.startswith("rse")
@@ -405,7 +401,7 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         out.update(experience["rse"])
     if len(experience) > 1:
         out["experience_by_method"] = experience
-    out["per_problem"] = {m: dict(zip(ids, score[m], strict=True)) for m in cell.methods}
+    out["per_problem"] = per_problem
     return out
 
 
