@@ -6,7 +6,8 @@ the benchmarks own, and each inline value of the prose.
 
 An inline value is written ``<!--v file.key.sub:fmt-->shown<!--/v-->`` (``fmt`` a Python
 format spec, optional): ``file`` is ``results/file.json``, the keys descend into it (a number
-picks a list item), and ``shown`` is what the reader sees, rewritten from the JSON here.
+picks a list item), and ``shown`` is what the reader sees, rewritten from the JSON here. A
+list (an interval) is shown item by item, each in ``fmt``: ``[-0.03, +0.07]``.
 """
 
 from __future__ import annotations
@@ -135,7 +136,11 @@ ROWS: list[tuple[str, str, str, str]] = [
 ]
 
 
-def fmt(v: Any) -> str:
+def fmt(v: Any, spec: str = "") -> str:
+    if isinstance(v, list):  # an interval: each end in the same format
+        return "[" + ", ".join(fmt(x, spec) for x in v) + "]"
+    if spec:
+        return format(v, spec)
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, float):
@@ -205,7 +210,7 @@ def render_prose(text: str) -> str:
     def one(m: re.Match[str]) -> str:
         ref, spec = m.group("ref"), m.group("spec")
         value = lookup(ref)
-        shown = format(value, spec) if spec else fmt(value)
+        shown = fmt(value, spec or "")
         tag = f"{ref}:{spec}" if spec else ref
         return f"<!--v {tag}-->{shown}<!--/v-->"
 

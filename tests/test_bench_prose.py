@@ -120,3 +120,10 @@ def test_a_cell_is_named_not_counted(monkeypatch):
     assert summarize.lookup("r.cells.0.x") == 3
     with pytest.raises(KeyError, match="'c'"):
         summarize.lookup("r.cells.c.x")
+
+
+def test_an_interval_is_shown_end_by_end():
+    """A list value (an interval) takes the format spec on each end, not Python's repr."""
+    assert summarize.fmt([-0.3480769230769231, 0.05], "+.2f") == "[-0.35, +0.05]"
+    assert summarize.fmt([0.0, 0.375]) == "[0, 0.375]"
+    assert summarize.fmt(0.5, ".0%") == "50%"
