@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from conftest import threaded_server
@@ -139,3 +140,41 @@ def test_terminal_gets_live_progress_bars_with_rates_and_bank_names():
     assert proc.returncode == 0 and out.startswith("answer: ")
     for words in ("round 1/2 rollouts", "round 2/2 distilled", "tok/s", "bank: 1 pitfall"):
         assert words in text, words
+
+
+def _round(r: int, block: str) -> Any:
+    from rse_fast.rse.results import RoundResult
+
+    return RoundResult(
+        round=r, k=2, experience_block=block, rollouts=[], decisions=[],
+        bank_sizes={"negative": 1, "positive": 0}, answer="7", votes=2, accuracy=None,
+        unparseable=0, failed_rollouts=0, failed_distills=0, tokens=300, wall_s=1.0,
+        tail_ms=0.0, tail_encoder_ms=0.0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("blocks", "distill", "says_unguided"),
+    [
+        (["", ""], 250, True),  # distillation paid for, nothing shown: plain sampling
+        (["", "Pitfalls:\n- x"], 250, False),  # round 2 saw the bank
+        (["", ""], 0, False),  # nothing distilled: nothing to explain
+        ([""], 250, False),  # one round (a bank wanted for --bank-out): no prompt could see it
+    ],
+)
+def test_summary_says_when_no_prompt_saw_the_bank(blocks, distill, says_unguided):
+    from rse_fast.cli.solve import format_summary
+    from rse_fast.rse.results import RSEResult
+
+    roles = {"explore": {"total_tokens": 600}, "distill": {"total_tokens": distill}}
+    result = RSEResult(
+        problem="p", answer="7", votes=4, total_votes=4, correct=None,
+        rounds=[_round(i + 1, b) for i, b in enumerate(blocks)], bank_sizes={},
+        ledger={"total_tokens": 600 + distill, "roles": roles}, wall_s=2.0,
+    )  # fmt: skip
+    text = format_summary(result)
+    assert ("no bank item reached a prompt" in text) is says_unguided
+    if says_unguided:
+        assert "distillation cost 250 tokens" in text
+    guided = [f"round {i + 1}: K=2, guided by the bank" in text for i in range(len(blocks))]
+    assert guided == [bool(b) for b in blocks]

@@ -177,11 +177,13 @@ def format_summary(result: RSEResult, bank: Any = None) -> str:
         lines[0] += f"  correct: {result.correct}"
     for r in result.rounds:
         acc = f", accuracy {r.accuracy:.0%}" if r.accuracy is not None else ""
+        shown = "guided by the bank" if r.experience_block else "unguided"
         lines.append(
-            f"  round {r.round}: K={r.k}, majority {r.answer!r} ({r.votes}){acc}, bank: "
-            f"{bank_words(r.bank_sizes)}, {r.tokens:,} tokens, "
+            f"  round {r.round}: K={r.k}, {shown}, majority {r.answer!r} ({r.votes}){acc}, "
+            f"bank: {bank_words(r.bank_sizes)}, {r.tokens:,} tokens, "
             f"{r.wall_s:.1f}s, unparseable {r.unparseable}, failed {r.failed_rollouts}"
         )
+    lines.extend(unguided_note(result))
     if bank is not None and len(bank):
         lines.append("what the bank learned (best first; support = rollouts that derived it):")
         for kind, name in (("negative", "pitfall"), ("positive", "proposition")):
@@ -190,6 +192,19 @@ def format_summary(result: RSEResult, bank: Any = None) -> str:
     roles = ", ".join(f"{k} {v['total_tokens']:,}" for k, v in result.ledger["roles"].items())
     lines.append(f"tokens: {result.ledger['total_tokens']:,} ({roles}); time {result.wall_s:.1f}s")
     return "\n".join(lines)
+
+
+def unguided_note(result: RSEResult) -> list[str]:
+    """Why a run that paid for distillation was plain sampling: a user reading the summary
+    should not credit (or blame) experience that no prompt showed."""
+    distill = result.ledger.get("roles", {}).get("distill", {}).get("total_tokens", 0)
+    if distill == 0 or len(result.rounds) < 2 or any(r.experience_block for r in result.rounds):
+        return []
+    return [
+        "no bank item reached a prompt (round 1's vote settled, or no item was found by enough "
+        "rollouts to be shown): every round sampled as majority vote does, and distillation "
+        f"cost {distill:,} tokens"
+    ]
 
 
 def config_from(args: argparse.Namespace, local: bool) -> RSEConfig:
