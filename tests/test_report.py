@@ -57,7 +57,7 @@ def test_report_shows_rounds_rollouts_decisions_tokens_and_chart(run):
     assert "Round 1 (K=3)" in text and "Round 2 (K=3)" in text
     assert text.count("wrong") >= 3 and text.count("right") >= 3  # round 1 wrong, round 2 right
     assert PITFALL in text and "accepted" in text and "rejected" in text
-    assert "none (empty bank)" in text  # round 1's prompt had no experience
+    assert "none (round 1 is plain sampling)" in text  # round 1's prompt had no experience
     assert "Tokens by role" in text and "distill" in text and "explore" in text
     assert "svg" in page.tags and "rect" in page.tags  # the accuracy chart
     assert "script" not in page.tags and not page.links  # self-contained
@@ -99,3 +99,27 @@ def test_report_renders_in_headless_chromium(run, tmp_path):
     subprocess.run([*common, f"--screenshot={shot}", "--window-size=1200,1600", url],
                    capture_output=True, timeout=90)  # fmt: skip
     assert shot.exists() and shot.stat().st_size > 20_000
+
+
+def test_a_prompt_without_experience_says_why():
+    """Round 1, an empty bank, and a bank whose items were all held back read differently."""
+    from rse_fast.rse.report import render_report
+
+    def rnd(i: int, held: int, block: str = "") -> dict:
+        sizes = {"negative": held, "positive": 0}
+        return {"round": i, "k": 4, "experience_block": block, "rollouts": [], "decisions": [],
+                "bank_sizes": sizes, "answer": "7", "votes": 2}  # fmt: skip
+
+    rounds = [rnd(1, 0), rnd(2, 3), rnd(3, 3, "Pitfalls:\n- x"), rnd(4, 0)]
+    result = {"problem": "p", "answer": "7", "votes": 8, "total_votes": 16, "rounds": rounds,
+              "bank_sizes": {}, "ledger": {"roles": {}}, "wall_s": 1.0}  # fmt: skip
+    page = Page()
+    page.feed(render_report(result))
+    notes = [t for t in page.text if t.startswith("none")]
+    assert notes == [
+        "none (round 1 is plain sampling)",
+        "none (empty bank)",  # round 2: round 1 left nothing in the bank
+        # round 3 was guided; round 4's prompt came after a bank of 3 that it did not show
+        "none shown: the bank held 3 items, held back (not yet found by enough rollouts, or "
+        "round 1's vote had settled)",
+    ]

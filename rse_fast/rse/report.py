@@ -72,7 +72,21 @@ def _verdict(correct: bool | None) -> str:
     return '<span class="ok">right</span>' if correct else '<span class="bad">wrong</span>'
 
 
-def _round(r: Mapping[str, Any]) -> str:
+def _unshown(r: Mapping[str, Any], before: Mapping[str, Any] | None) -> str:
+    """Why a round's prompt carried no experience: round 1, an empty bank, or a bank whose
+    items were held back (not yet found by enough rollouts, or the vote had settled)."""
+    if r["round"] == 1:
+        return "none (round 1 is plain sampling)"
+    held = sum(((before or {}).get("bank_sizes") or {}).values())
+    if not held:
+        return "none (empty bank)"
+    return (
+        f"none shown: the bank held {_count(held, 'item')}, held back (not yet found by enough "
+        "rollouts, or round 1's vote had settled)"
+    )
+
+
+def _round(r: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> str:
     out = [f'<section class="round"><h2>Round {r["round"]} (K={r["k"]})</h2>']
     acc = r.get("accuracy")
     out.append(
@@ -84,7 +98,8 @@ def _round(r: Mapping[str, Any]) -> str:
     )
     block = r.get("experience_block") or ""
     out.append("<h3>Experience in this round's prompt</h3>")
-    out.append(f"<pre>{_e(block)}</pre>" if block else '<p class="muted">none (empty bank)</p>')
+    shown = f"<pre>{_e(block)}</pre>" if block else f'<p class="muted">{_unshown(r, before)}</p>'
+    out.append(shown)
     out.append("<h3>Rollouts</h3><table><tr><th>#</th><th>answer</th><th>verdict</th>"
                "<th>finish</th><th>distillation</th></tr>")  # fmt: skip
     for x in r.get("rollouts", []):
@@ -129,7 +144,8 @@ def render_report(result: Mapping[str, Any], title: str = "RSE run") -> str:
         f"</td><td>{v.get('completion_tokens', 0):,}</td><td>{v.get('total_tokens', 0):,}</td></tr>"
         for name, v in roles.items()
     )
-    accuracy = result.get("accuracy_per_round") or [r.get("accuracy") for r in result["rounds"]]
+    rounds = result["rounds"]
+    accuracy = result.get("accuracy_per_round") or [r.get("accuracy") for r in rounds]
     sizes = result.get("bank_sizes", {})
     correct = result.get("correct")
     head = (
@@ -148,7 +164,7 @@ def render_report(result: Mapping[str, Any], title: str = "RSE run") -> str:
         _chart(list(accuracy)),
         "<h2>Tokens by role</h2><table><tr><th>role</th><th>calls</th><th>prompt</th>"
         f"<th>completion</th><th>total</th></tr>{role_rows}</table>",
-        *(_round(r) for r in result["rounds"]),
+        *(_round(r, before) for before, r in zip([None, *rounds], rounds, strict=False)),
     ]
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
