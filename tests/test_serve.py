@@ -168,6 +168,33 @@ async def test_metrics_count_requests_tokens_and_errors():
     assert 'rse_fast_errors_total{type="invalid_request_error"} 1' in text
 
 
+async def test_metrics_say_whether_rse_showed_its_bank():
+    """An RSE request whose bank guided a round counts as shown; one whose vote settled in
+    round 1 (no distillation, no bank) as not shown, with no distillation tokens wasted."""
+    async with ScriptedServer(default_reply=reply) as up, service(up) as (_, url):
+        async with aiohttp.ClientSession() as s:
+            for settle in (None, 1.0):  # the fake's round 1 is unanimous: 1.0 settles it
+                body = {"model": "rse:scripted", "messages": MSG, "rounds": 2, "k": 2,
+                        "settle_margin": settle}  # fmt: skip
+                assert (await s.post(url + "/chat/completions", json=body)).status == 200
+            text = await (await s.get(url.removesuffix("/v1") + "/metrics")).text()
+    assert 'rse_fast_rse_runs_total{bank_shown="true"} 1' in text
+    assert 'rse_fast_rse_runs_total{bank_shown="false"} 1' in text
+    assert "rse_fast_rse_unshown_distill_tokens_total 0" in text
+
+
+def test_unshown_distillation_tokens_are_counted():
+    metrics = Metrics()
+    metrics.add_outcome({"explore": 900, "distill": 300}, bank_shown=False)
+    metrics.add_outcome({"explore": 900, "distill": 200}, bank_shown=True)
+    metrics.add_outcome({"explore": 500}, bank_shown=None)  # not an RSE request
+    text = metrics.render()
+    assert "rse_fast_rse_unshown_distill_tokens_total 300" in text
+    assert 'rse_fast_tokens_total{role="distill"} 500' in text
+    assert 'rse_fast_rse_runs_total{bank_shown="false"} 1' in text
+    assert 'rse_fast_rse_runs_total{bank_shown="true"} 1' in text
+
+
 async def test_latency_histogram_buckets_are_cumulative():
     """Each request lands in one bucket; the rendered ``le`` buckets count every request at or
     below their bound, as Prometheus expects."""

@@ -1,4 +1,5 @@
-"""Prometheus-format metrics for the service: requests, latency, tokens by role, errors."""
+"""Prometheus-format metrics for the service: requests, latency, tokens by role, errors, and
+whether RSE's experience reached a prompt (distillation no prompt showed bought nothing)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ class Metrics:
         self.latency_count = 0
         self.in_flight = 0
         self.passthrough_without_usage = 0
+        self.rse_runs: dict[bool, int] = defaultdict(int)  # by whether a bank was shown
+        self.rse_unshown_distill_tokens = 0
 
     def observe(self, method: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -37,6 +40,17 @@ class Metrics:
         with self._lock:
             for role, n in by_role.items():
                 self.tokens[role] += n
+
+    def add_outcome(self, by_role: dict[str, int], bank_shown: bool | None) -> None:
+        """A method request's tokens by role; for RSE, whether its bank reached a prompt and,
+        when it did not, the distillation tokens that bought nothing."""
+        self.add_tokens(by_role)
+        if bank_shown is None:
+            return
+        with self._lock:
+            self.rse_runs[bank_shown] += 1
+            if not bank_shown:
+                self.rse_unshown_distill_tokens += by_role.get("distill", 0)
 
     def add_passthrough(self, total_tokens: int | None) -> None:
         """A pass-through reply: its tokens when it reported usage (a streamed reply reports
@@ -83,6 +97,20 @@ class Metrics:
                 f'rse_fast_errors_total{{type="{k}"}} {n}' for k, n in sorted(self.errors.items())
             ]
             out += [
+                "# HELP rse_fast_rse_runs_total RSE requests by whether a bank block reached "
+                "any of their prompts.",
+                "# TYPE rse_fast_rse_runs_total counter",
+            ]
+            out += [
+                f'rse_fast_rse_runs_total{{bank_shown="{str(k).lower()}"}} {n}'
+                for k, n in sorted(self.rse_runs.items())
+            ]
+            out += [
+                "# HELP rse_fast_rse_unshown_distill_tokens_total Distillation tokens of RSE "
+                "requests whose bank reached no prompt (compare with "
+                'rse_fast_tokens_total{role="distill"}).',
+                "# TYPE rse_fast_rse_unshown_distill_tokens_total counter",
+                f"rse_fast_rse_unshown_distill_tokens_total {self.rse_unshown_distill_tokens}",
                 "# HELP rse_fast_passthrough_without_usage_total Pass-through replies that "
                 "reported no usage (streams whose caller did not ask for it).",
                 "# TYPE rse_fast_passthrough_without_usage_total counter",

@@ -76,6 +76,8 @@ class MethodRequest:
 class Outcome:
     completion: dict[str, Any]
     tokens_by_role: dict[str, int] = field(default_factory=dict)
+    #: rse only: whether a bank block reached any prompt (None for other methods)
+    bank_shown: bool | None = None
 
 
 def _number(
@@ -262,4 +264,5 @@ async def run_method(
     if spec.details:
         completion["rse_fast"] = details
     roles = {k: v.total_tokens for k, v in res.ledger.by_role().items()}
-    return Outcome(completion, roles)
+    shown = bool(res.meta.get("guided_rounds")) if spec.method == "rse" else None
+    return Outcome(completion, roles, shown)
