@@ -103,7 +103,10 @@ CELLS = {
     ),
     # the 1.5B on longer sums, whose rollouts are short enough for a distillation and a
     # guided round to fit in 8,000 tokens (its word-problem rollouts are not: see
-    # test-gsm-1.5b)
+    # test-gsm-1.5b). The rule, fixed before they ran: the 1.5B's test cell takes the task
+    # whose single samples are right 30-60% (both in range: the one nearer 45%; neither: the
+    # one nearer the range), at 8,000 tokens, provided its samples cost at most ~400 tokens
+    # (else the planner cannot distil there either)
     "probe-mid-1.5b": Cell(
         "qwen2.5-coder-1.5b", MID, 8, 202, 2000, ("sc",), "probe", k=2, max_tokens=1024
     ),
