@@ -1,7 +1,7 @@
 """Does RSE pay for itself? A protocol: defaults chosen on dev seeds, reported once on test seeds.
 
     python bench/rse_ablation.py --cell dev-easy-0.5b     # run (or resume) one cell
-    python bench/rse_ablation.py --cell test-easy-0.5b test-three-0.5b  # in turn
+    python bench/rse_ablation.py --cell test-easy-0.5b test-three-0.5b test-mid-1.5b  # in turn
     python bench/rse_ablation.py --summarise-only         # rse_ablation.json + README table
     python bench/rse_ablation.py --scripted               # plumbing: the scripted server
 
@@ -122,6 +122,11 @@ CELLS = {
     # still leaves a guided round (at 4,000 the planner buys none: test-easy-0.5b).
     "test-three-0.5b": Cell(
         "qwen2.5-coder-0.5b", THREE, 40, 7, 8000, ("rse", "sc"), "test", max_tokens=1024
+    ),
+    # the 1.5B's test cell, by the probes' rule above: three-to-four-term sums put its single
+    # samples at 57% (~270 tokens each; longer sums at 14%, out of range)
+    "test-mid-1.5b": Cell(
+        "qwen2.5-coder-1.5b", MID, 30, 7, 8000, ("rse", "sc"), "test", max_tokens=1024
     ),
     # retired after its first problem, before any SC record: at 8,000 tokens it cannot test
     # experience. The 1.5B's word-problem samples cost ~580 tokens, so a round of four plus
