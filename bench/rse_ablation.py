@@ -117,8 +117,8 @@ CELLS = {
     "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 4000, ("rse", "sc"), "test"),
     # The multi-step cells: a task per model where its single samples are right 30-60% (the
     # probes, dev seed 202): three-term sums for the 0.5B (47% per sample, 83% SC at ~7
-    # samples), grade-school word problems for the 1.5B (60%, 75%). No one task holds both:
-    # the word problems put the 0.5B at 17%. Both at 8,000 tokens, where a distillation
+    # samples), three-to-four-term sums for the 1.5B (test-mid-1.5b below; its word problems
+    # were retired). Both at 8,000 tokens, where a distillation of their ~250-token samples
     # still leaves a guided round (at 4,000 the planner buys none: test-easy-0.5b).
     "test-three-0.5b": Cell(
         "qwen2.5-coder-0.5b", THREE, 40, 7, 8000, ("rse", "sc"), "test", max_tokens=1024
