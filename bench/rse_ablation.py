@@ -132,7 +132,8 @@ CELLS = {
     # experience. The 1.5B's word-problem samples cost ~580 tokens, so a round of four plus
     # its four distillations (~1,000 each) leaves no room for a guided round, and the planner
     # never distils: RSE is SC by construction (its first problem: 4 rounds, no distillation).
-    # A distillation first fits at ~10,000 tokens, which on 2 cores is ~23 h for 30 problems
+    # A distillation first fits at ~10,000 tokens; the 1.5B's cell keeps the 0.5B's 8,000 and
+    # moves to sums instead (test-mid-1.5b)
     "test-gsm-1.5b": Cell(
         "qwen2.5-coder-1.5b", GSM, 30, 7, 8000, ("rse", "sc"), "retired", max_tokens=1024
     ),
