@@ -98,6 +98,7 @@ def test_variants_are_reported_against_the_defaults_and_each_has_its_bank_effect
     assert by["rse_votes"]["guided_vs_sc_sample"]["diff"] == pytest.approx(0.5)
     assert got["guided_vs_sc_sample"] == by["rse"]["guided_vs_sc_sample"]
     assert by["rse_votes"]["overhead_share"] == pytest.approx(0.25)
+    assert got["tokens_per_sample"]["sc"] == pytest.approx(25.0)  # 100 tokens, 4 samples
 
 
 def test_bank_reach_splits_the_difference_by_whether_a_bank_was_shown() -> None:
