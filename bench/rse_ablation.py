@@ -384,12 +384,6 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             m: sum(len(recs.by_method[m][i]["pool_texts"]) for i in ids) / len(ids)
             for m in cell.methods
         },
-        # every token ÷ every sample (RSE's include its distillations): what one sample costs
-        "tokens_per_sample": {
-            m: sum(recs.by_method[m][i]["tokens"] for i in ids)
-            / max(1, sum(len(recs.by_method[m][i]["pool_texts"]) for i in ids))
-            for m in cell.methods
-        },
         # each sample graded alone, averaged per problem: where the task sits for this model
         "single_sample_accuracy": {
             m: sum(graded_mean(dataset, by_id[i], recs.by_method[m][i]["pool_texts"]) for i in ids)
@@ -401,6 +395,10 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             for m in cell.methods
             if m.startswith("rse")
         },
+    }
+    # every token ÷ every sample (RSE's include its distillations): what one sample costs
+    out["tokens_per_sample"] = {
+        m: out["mean_tokens"][m] / max(1e-9, out["samples_per_problem"][m]) for m in cell.methods
     }
     for m in cell.methods:
         if m == "sc":
