@@ -12,7 +12,13 @@ from rse_fast.answers import (
     majority_vote,
     normalize_answer,
 )
-from rse_fast.rse.distill import ItemScanner, clean_statement, item_statement, parse_distillation
+from rse_fast.rse.distill import (
+    ItemScanner,
+    clean_statement,
+    item_statement,
+    parse_distillation,
+    repair_escapes,
+)
 
 
 @pytest.mark.parametrize(
@@ -80,6 +86,55 @@ def test_parse_distillation_variants():
     assert capped.positive == ["0", "1", "2"] and capped.negative == []
     for garbage in ("no json", '{"other": 1}', "[1, 2]", '{"positive": 5}x'):
         assert parse_distillation(garbage, 5, 100) is None or garbage.endswith("x")
+
+
+#: A reply as small models write it: LaTeX straight into JSON strings, unescaped. The
+#: second and third items are the two a qwen2.5-coder-1.5b distiller wrote on the test-mid
+#: cell, which were banked as "\x08oxed{-11}" and "rac{-91}{7}" before the repair.
+LATEX_REPLY = (
+    '{"propositions": ["We get \\(3 \\cdot 4 = 12\\)", '
+    '"The result of the expression is \\boxed{-11}\\", which is the correct answer.", '
+    '"The division \\frac{-91}{7} = -13 keeps its sign", '
+    '"x \\neq y\\nNext \\u00e9 \\underline{z} \\times 2, \\theta \\right)", '
+    '"already escaped: \\\\sqrt{2}"], '
+    '"pitfalls": ["\\left( a \\right) \\leq b is not \\pi"]}'
+)
+LATEX_READ = [
+    "We get \\(3 \\cdot 4 = 12\\)",
+    'The result of the expression is \\boxed{-11}", which is the correct answer.',
+    "The division \\frac{-91}{7} = -13 keeps its sign",
+    "x \\neq y Next é \\underline{z} \\times 2, \\theta \\right)",
+    "already escaped: \\sqrt{2}",
+]
+
+
+def test_latex_in_json_strings_is_read_as_latex():
+    """Invalid escapes (``\\(``, ``\\cdot``) no longer void the reply or drop the item, and
+    ``\\frac``/``\\boxed`` no longer decode to a form feed and a backspace; real escapes
+    (a quote, ``\\n`` before a word, ``\\u00e9``, an escaped backslash) keep their meaning."""
+    with pytest.raises(ValueError):
+        json.loads(LATEX_REPLY)  # what the parser is handed is not JSON as written
+    got = parse_distillation(LATEX_REPLY, 9, 200)
+    assert got is not None
+    assert got.positive == LATEX_READ
+    assert got.negative == ["\\left( a \\right) \\leq b is not \\pi"]
+    clean = json.dumps({"propositions": ["tab\tthen\nnewline", "\\boxed{1}"]})
+    assert parse_distillation(clean, 9, 200).positive == ["tab then newline", "\\boxed{1}"]
+    assert repair_escapes(repair_escapes(LATEX_REPLY)) == repair_escapes(LATEX_REPLY)
+
+
+@pytest.mark.parametrize("step", [1, 7, 10_000])
+def test_streamed_latex_items_match_the_final_parse(step):
+    scanner, early = ItemScanner(), []
+    for k in range(0, len(LATEX_REPLY), step):
+        early += [item_statement(key, v, 200) for key, v in scanner.feed(LATEX_REPLY[k : k + step])]
+    assert early[: len(LATEX_READ)] == LATEX_READ
+
+
+def test_a_reply_cut_off_after_latex_keeps_its_whole_items():
+    cut = LATEX_REPLY[: LATEX_REPLY.index("already")]
+    got = parse_distillation(cut, 9, 200)
+    assert got is not None and got.positive == LATEX_READ[:4]
 
 
 def test_clean_statement_truncates_at_a_word():

@@ -6,9 +6,11 @@ Structured items (a proposition's statement, conditions and source; a pitfall's 
 trigger, action and consequence) become one line each; plain strings are kept as they are.
 Anything that still yields no lists is *unparseable*: counted by the caller, never fatal.
 Statements that only restate the problem or the distiller's own instructions carry nothing and
-are dropped (counted as echoes). A streamed reply is read as it arrives by :class:`ItemScanner`,
-which hands over each list item the moment its JSON closes (so it can be embedded while the
-rest is still being written); the whole reply is then parsed as above, the authority.
+are dropped (counted as echoes). LaTeX written straight into a JSON string (``\\frac``,
+``\\boxed``, ``\\(``) is read as LaTeX, not as JSON escapes (see :func:`repair_escapes`).
+A streamed reply is read as it arrives by :class:`ItemScanner`, which hands over each list
+item the moment its JSON closes (so it can be embedded while the rest is still being
+written); the whole reply is then parsed as above, the authority.
 """
 
 from __future__ import annotations
@@ -37,6 +39,37 @@ class Distilled:
     positive: list[str]
     negative: list[str]
     echoes: int = 0  # statements dropped for restating the problem or the instructions
+
+
+#: A backslash and what follows it: a ``\\uXXXX`` escape, a run of letters, or one character.
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[a-zA-Z]+|.)", re.S)
+#: LaTeX commands that begin with ``n`` or ``t``: after a backslash they are LaTeX, any other
+#: word is a newline or a tab before it ("\\neq" is not-equal, "\\nThe" a line break). After
+#: ``\\b``, ``\\f`` or ``\\r`` any letters are LaTeX: nobody means a backspace, a form feed
+#: or a bare carriage return before a word.
+_LATEX_N_T = frozenset(
+    "ne neq neg nabla nu not notin ni nmid nleq ngeq nless ngtr newline nexists nparallel "
+    "nsubseteq nsupseteq ncong nsim napprox natural times text textbf textit textrm texttt "
+    "textsf textstyle theta tan tanh to top tau tfrac tbinom tilde triangle therefore tt "
+    "thinspace".split()
+)
+
+
+def _read_escape(m: re.Match[str]) -> str:
+    tail = m.group(1)
+    is_escape = (
+        tail in ('"', "\\", "/", "n", "t", "r", "b", "f")
+        or re.fullmatch(r"u[0-9a-fA-F]{4}", tail) is not None
+        or (tail[0] in "nt" and tail not in _LATEX_N_T)  # a newline or a tab before a word
+    )
+    return m.group(0) if is_escape else "\\" + m.group(0)
+
+
+def repair_escapes(text: str) -> str:
+    """``text`` with every backslash that is not a JSON escape doubled, so that LaTeX a model
+    wrote into a JSON string survives ``json.loads``: ``\\(`` or ``\\cdot`` would make the whole
+    reply invalid, ``\\frac`` and ``\\boxed`` would decode to a form feed and a backspace."""
+    return _ESCAPE.sub(_read_escape, text)
 
 
 def _first_json_object(text: str) -> Any:
@@ -186,6 +219,7 @@ def parse_distillation(
 ) -> Distilled | None:
     """Propositions and pitfalls from a distiller reply, or None if unparseable. With
     ``problem``, statements that only echo it or the instructions are dropped."""
+    text = repair_escapes(text)
     try:
         data: Any = json.loads(text)
     except ValueError:
@@ -316,5 +350,6 @@ class ItemScanner:
 
     def _emit(self, text: str, end: int, done: list[tuple[str, Any]]) -> None:
         with contextlib.suppress(ValueError):  # the final parse of the whole reply decides
-            done.append((self._list_key, json.loads(text[self._item_start : end + 1])))
+            item = repair_escapes(text[self._item_start : end + 1])
+            done.append((self._list_key, json.loads(item)))
         self._item_start = -1
