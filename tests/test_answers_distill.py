@@ -33,6 +33,12 @@ from rse_fast.rse.distill import (
         ("no answer here", None),
         ("", None),
         ("\\boxed{unclosed", None),
+        ("Adding them up, the answer is $-11$.", "-11"),
+        ("The final answer is 1,234. I hope it is correct.", "1,234"),
+        ("So the answer is \\(\\frac{3}{4}\\), as shown.", "\\frac{3}{4}"),
+        ("First the answer is 3; rechecking, the answer is **5**.", "5"),
+        ("The answer is \\boxed{8} (not 9, the answer is 9 was a slip)", "8"),
+        ("Answer: 17\nthe answer is 18", "17"),
     ],
 )
 def test_extract_answer(text, answer):
@@ -48,6 +54,7 @@ def test_extract_answer(text, answer):
         ("0.50", "0.5", True),
         ("90^\\circ", "90", True),
         ("\\text{Monday}", "monday", True),
+        ("\u221211", "-11", True),
         ("3", "4", False),
         (None, "4", False),
     ],

@@ -21,6 +21,13 @@ _ANSWER_LINE = re.compile(
     r"^\s*\**\s*(?:final\s+answer|answer)\s*(?:is)?\s*\**\s*[:：]\s*\**\s*(.+?)\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
+#: The last resort: "the (final) answer is X" in prose, X a ``$...$`` or ``\\(...\\)`` span or
+#: one word (trailing punctuation dropped), as models write when they box nothing.
+_ANSWER_IS = re.compile(
+    r"\b(?:final\s+answer|the\s+answer)\s+is\s*[:：]?\s*\**\s*"
+    r"(\$[^$\n]+\$|\\\([^\n]*?\\\)|[^\s$*]+)",
+    re.IGNORECASE,
+)
 #: Where async code runs equivalence checks and votes: bounded, and off the event loop (a
 #: check can wait up to its timeout for a worker process; the thread holds no GIL meanwhile).
 _ANSWER_POOL = ThreadPoolExecutor(2, thread_name_prefix="answers")
@@ -46,7 +53,8 @@ def extract_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer of a completion: last ``\\boxed{}``, else the last "Answer:" line."""
+    """The final answer of a completion: the last ``\\boxed{}``, else the last "Answer:" line,
+    else the last "the answer is X"."""
     if not text:
         return None
     boxed = extract_boxed(text)
@@ -56,6 +64,12 @@ def extract_answer(text: str) -> str | None:
     if lines:
         inner = extract_boxed(lines[-1])
         return (inner or lines[-1]).strip().strip("$").strip().rstrip(".").strip() or None
+    phrases = _ANSWER_IS.findall(text)
+    if phrases:
+        last = phrases[-1]
+        if last.startswith("\\("):
+            last = last[2:-2]
+        return last.strip("$").rstrip(".,;:!").strip() or None
     return None
 
 
@@ -63,10 +77,11 @@ _TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 
 
 def normalize_answer(answer: str | None) -> str | None:
-    """Canonical string form: no $, spaces, \\left/\\right, \\text{}, thousands separators."""
+    """Canonical string form: no $, spaces, \\left/\\right, \\text{}, thousands separators;
+    the Unicode minus sign as "-"."""
     if answer is None:
         return None
-    s = answer.strip().strip("$").strip()
+    s = answer.replace("\u2212", "-").strip().strip("$").strip()  # U+2212 is a minus sign
     s = _TEXT_CMD.sub(r"\1", s)
     s = re.sub(r"\\[dt]frac", r"\\frac", s)
     s = re.sub(r"\\left|\\right|\\!|\\,|\\;|\\ ", "", s)
