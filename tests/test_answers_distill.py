@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rse_fast.answers import (
     answers_equivalent,
@@ -128,6 +130,19 @@ def test_latex_in_json_strings_is_read_as_latex():
     clean = json.dumps({"propositions": ["tab\tthen\nnewline", "\\boxed{1}"]})
     assert parse_distillation(clean, 9, 200).positive == ["tab then newline", "\\boxed{1}"]
     assert repair_escapes(repair_escapes(LATEX_REPLY)) == repair_escapes(LATEX_REPLY)
+
+
+#: Text as a well-escaping server sends it: any characters but control characters (a tab or a
+#: newline before "imes" or "eq" is the one reading the repair gives up), backslashes included.
+PRINTABLE = st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=40)
+
+
+@given(PRINTABLE)
+def test_repair_leaves_well_escaped_json_as_it_was(text):
+    """JSON that ``json.dumps`` wrote (every backslash escaped) reads back unchanged."""
+    dumped = json.dumps({"propositions": [text]}, ensure_ascii=False)
+    assert json.loads(repair_escapes(dumped)) == {"propositions": [text]}
+    assert json.loads(repair_escapes(json.dumps([text]))) == [text]  # ASCII escapes (\uXXXX)
 
 
 @pytest.mark.parametrize("step", [1, 7, 10_000])
