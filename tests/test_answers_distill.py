@@ -93,7 +93,14 @@ def test_parse_distillation_variants():
     assert fenced.positive == ["p", "q"] and fenced.negative == ["{braced} pitfall"]
     capped = parse_distillation(json.dumps({"positive": [str(i) for i in range(9)]}), 3, 100)
     assert capped.positive == ["0", "1", "2"] and capped.negative == []
-    for garbage in ("no json", '{"other": 1}', "[1, 2]", '{"positive": 5}x'):
+    python = parse_distillation(
+        "Here:\n{'propositions': ['6 x 7 = 42', {'statement': 'a sum of odds is even'}], "
+        "'pitfalls': []}",
+        5,
+        100,
+    )  # a Python dict, as small models sometimes write
+    assert python.positive == ["6 x 7 = 42", "a sum of odds is even"] and python.negative == []
+    for garbage in ("no json", '{"other": 1}', "[1, 2]", '{"positive": 5}x', "{__import__('os')}"):
         assert parse_distillation(garbage, 5, 100) is None or garbage.endswith("x")
 
 

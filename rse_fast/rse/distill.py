@@ -15,6 +15,7 @@ written); the whole reply is then parsed as above, the authority.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import re
@@ -91,6 +92,19 @@ def _first_json_object(text: str) -> Any:
                     except ValueError:
                         break
     return None
+
+
+def _python_literal(text: str) -> Any:
+    """The outermost ``{...}`` of ``text`` read as a Python literal: small models sometimes
+    answer with a Python dict (single quotes, ``None``) instead of JSON. ``literal_eval``
+    evaluates no code."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        return ast.literal_eval(text[start : end + 1])
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
 
 
 def _field(item: dict[str, Any], problem: str | None, *names: str) -> str:
@@ -223,7 +237,7 @@ def parse_distillation(
     try:
         data: Any = json.loads(text)
     except ValueError:
-        data = _first_json_object(text) or salvage(text)
+        data = _first_json_object(text) or _python_literal(text) or salvage(text)
     if not isinstance(data, dict):
         return None
     lowered = {str(k).lower(): v for k, v in data.items()}
