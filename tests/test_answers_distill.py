@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given
@@ -220,3 +222,29 @@ def test_streamed_statements_are_those_the_final_parse_keeps():
     early = [item_statement(k, v, 200) for k, v in ItemScanner().feed(text)]
     assert [t for t in early if t] == final.positive + final.negative
     assert item_statement("notes", "something", 200) is None
+
+
+#: Replies a looping model can write, each read by the parser that takes it. The old readers
+#: took cubic (blank lines, spaces after "the answer is") or quadratic (braces) time on them,
+#: hours at these sizes, or raised RecursionError (deep nesting).
+PATHOLOGICAL = r"""
+import sys
+from rse_fast.answers import extract_answer
+from rse_fast.rse.distill import parse_distillation
+n = 100_000
+for text in ("\n" * n, "the answer is" + " " * n, "Answer" + " " * n + "x", "**" * n):
+    extract_answer(text)
+for text in ("{" * n, '{"a": [' * (n // 5), "{'a': [" * (n // 5), "\\" * n):
+    assert parse_distillation(text, 5, 200) is None
+print("read")
+"""
+
+
+def test_pathological_replies_are_read_not_hung():
+    """Finishing at all is what is tested (linear readers take well under a second here): a
+    reader that hangs on one reply freezes the caller's event loop."""
+    done = subprocess.run(
+        [sys.executable, "-c", PATHOLOGICAL], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "read"

@@ -17,14 +17,17 @@ from typing import Any, TypeVar
 from rse_fast.answers.checker import POOL, Verdict
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+#: Each run of spaces sits between required tokens and none crosses a line, so a reply of
+#: nothing but blank lines is read in linear time (``\s*\**\s*`` took cubic time on it).
 _ANSWER_LINE = re.compile(
-    r"^\s*\**\s*(?:final\s+answer|answer)\s*(?:is)?\s*\**\s*[:：]\s*\**\s*(.+?)\s*$",
+    r"^[ \t]*(?:\*+[ \t]*)?(?:final[ \t]+answer|answer)(?:[ \t]+is)?[ \t]*(?:\*+[ \t]*)?[:：]"
+    r"[ \t]*(?:\*+[ \t]*)?(\S.*)$",
     re.IGNORECASE | re.MULTILINE,
 )
 #: The last resort: "the (final) answer is X" in prose, X a ``$...$`` or ``\\(...\\)`` span or
 #: one word (trailing punctuation dropped), as models write when they box nothing.
 _ANSWER_IS = re.compile(
-    r"\b(?:final\s+answer|the\s+answer)\s+is\s*[:：]?\s*\**\s*"
+    r"\b(?:final[ \t]+answer|the[ \t]+answer)[ \t]+is(?:[ \t]*[:：])?[ \t]*(?:\*+[ \t]*)?"
     r"(\$[^$\n]+\$|\\\([^\n]*?\\\)|[^\s$*]+)",
     re.IGNORECASE,
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -73,9 +74,17 @@ def repair_escapes(text: str) -> str:
     return _ESCAPE.sub(_read_escape, text)
 
 
+#: Braces a reply's JSON object may start at; each try scans to its block's end, so a reply of
+#: braces alone costs ``_MAX_STARTS`` scans, not one per brace (quadratic in its length).
+_MAX_STARTS = 32
+#: What ``json.loads`` raises on a reply that is not JSON, or nested past the parser's stack.
+_NOT_JSON = (ValueError, RecursionError)
+
+
 def _first_json_object(text: str) -> Any:
-    """The first balanced ``{...}`` block that parses as JSON (prose and fences around it)."""
-    for m in re.finditer(r"\{", text):
+    """The first balanced ``{...}`` block that parses as JSON (prose and fences around it),
+    among the first ``_MAX_STARTS`` braces."""
+    for m in itertools.islice(re.finditer(r"\{", text), _MAX_STARTS):
         depth, in_str, esc = 0, False, False
         for i in range(m.start(), len(text)):
             ch = text[i]
@@ -89,7 +98,7 @@ def _first_json_object(text: str) -> Any:
                 if depth == 0:
                     try:
                         return json.loads(text[m.start() : i + 1])
-                    except ValueError:
+                    except _NOT_JSON:
                         break
     return None
 
@@ -236,7 +245,7 @@ def parse_distillation(
     text = repair_escapes(text)
     try:
         data: Any = json.loads(text)
-    except ValueError:
+    except _NOT_JSON:
         data = _first_json_object(text) or _python_literal(text) or salvage(text)
     if not isinstance(data, dict):
         return None
@@ -363,7 +372,7 @@ class ItemScanner:
         return done
 
     def _emit(self, text: str, end: int, done: list[tuple[str, Any]]) -> None:
-        with contextlib.suppress(ValueError):  # the final parse of the whole reply decides
+        with contextlib.suppress(*_NOT_JSON):  # the final parse of the whole reply decides
             item = repair_escapes(text[self._item_start : end + 1])
             done.append((self._list_key, json.loads(item)))
         self._item_start = -1
