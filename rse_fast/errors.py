@@ -131,7 +131,7 @@ class LLMBadRequestError(LLMHTTPError):
         text = self.body or ""
         try:
             error = json.loads(text).get("error")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             error = None
         if isinstance(error, dict):
             if error.get("param") in fields:

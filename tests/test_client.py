@@ -198,6 +198,22 @@ async def test_persistent_failure_ends_in_a_typed_error_after_max_attempts():
     assert info.value.attempts == 4 and len(srv.requests) == 4 and info.value.status == 502
 
 
+async def test_a_reply_nested_past_the_json_parser_is_a_typed_error():
+    """Well-formed JSON nested deeper than the parser's stack raises RecursionError inside
+    json.loads; the caller gets the retryable LLMResponseError, streamed or not."""
+    deep = [Fault("deep_json")] * 10
+    async with ScriptedServer(faults=deep) as srv:
+        async with LLMClient(srv.base_url, "m", retry=FAST_RETRY) as client:
+            with pytest.raises(LLMResponseError) as info:
+                await client.chat(MSG)
+            assert info.value.attempts == 4 and len(srv.requests) == 4
+            with pytest.raises(LLMResponseError):
+                [e async for e in client.stream(MSG)]
+    async with ScriptedServer(default_reply="x y", faults=[Fault("deep_json")]) as srv:
+        async with LLMClient(srv.base_url, "m", retry=FAST_RETRY) as client:
+            assert (await client.chat(MSG)).text == "x y"  # retried past it
+
+
 async def test_total_timeout_raises_timeout_error():
     async with ScriptedServer(faults=[Fault("slow", delay_s=2.0)] * 5) as srv:
         timeouts = Timeouts(connect_s=1, total_s=0.2, stream_idle_s=0.2)

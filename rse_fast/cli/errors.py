@@ -29,7 +29,7 @@ SERVER_HINT = "is the server running? set --base-url or OPENAI_BASE_URL"
 def _server_message(body: str | None) -> str:
     try:
         message = json.loads(body or "")["error"]["message"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         message = (body or "").strip()
     return str(message)[:200] or "no detail"
 

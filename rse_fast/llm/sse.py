@@ -21,7 +21,7 @@ DONE = b"[DONE]"
 def _decode(payload: bytes, url: str) -> dict[str, Any]:
     try:
         data = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack
         data = None
     if not isinstance(data, dict):
         raise LLMResponseError(

@@ -73,7 +73,7 @@ async def read_json(state: EndpointState, resp: aiohttp.ClientResponse) -> dict[
     text = (await resp.read()).decode("utf-8", "replace")
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack
         raise LLMResponseError(
             "response is not valid JSON", endpoint=state.url, status=resp.status, body=text
         ) from None

@@ -42,6 +42,7 @@ FaultKind = Literal[
     "close_stream",
     "stall_stream",
     "json_for_stream",
+    "deep_json",
 ]
 
 
@@ -119,6 +120,8 @@ class Fault:
     #: connection; ``rst_stream`` resets it (TCP RST: SO_LINGER 0); ``close_stream`` ends the
     #: response cleanly before ``[DONE]``; ``stall_stream`` stops sending, connection open.
     #: ``json_for_stream`` answers a streamed request with one JSON body (as some gateways do).
+    #: ``deep_json`` answers (or, streamed, sends one chunk) nested past any JSON parser's
+    #: recursion limit: well-formed, and unreadable all the same.
     after_chunks: int = 2
     stall_s: float = 3600.0
 
@@ -132,6 +135,9 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
         kind = "rate_limit_error"
     return {"error": {"message": message, "type": kind, "param": param, "code": str(status)}}
 
+
+#: Nesting of a ``deep_json`` reply: past CPython's default recursion limit (1000).
+DEEP_NESTING = 5000
 
 FaultPlan = Callable[[int, dict[str, Any]], "Fault | None"]
 
@@ -319,6 +325,8 @@ class ScriptedServer:
             if request.transport is not None:
                 request.transport.abort()
             return web.Response(status=200)
+        if fault is not None and fault.kind == "deep_json":
+            return await self._deep_json(request, bool(body.get("stream")))
         n = int(body.get("n") or 1)
         if self.ignore_n or (fault is not None and fault.kind == "ignore_n"):
             n = 1
@@ -357,6 +365,17 @@ class ScriptedServer:
                 request.transport.abort()
             return resp
         return web.Response(body=raw, content_type="application/json")
+
+    @staticmethod
+    async def _deep_json(request: web.Request, stream: bool) -> web.StreamResponse:
+        deep = b'{"choices": ' + b"[" * DEEP_NESTING + b"]" * DEEP_NESTING + b"}"
+        if not stream:
+            return web.Response(body=deep, content_type="application/json")
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"data: " + deep + b"\n\n" + b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     @staticmethod
     def _usage(body: dict[str, Any], completion: int, replies: Sequence[Reply]) -> dict[str, Any]:
