@@ -17,6 +17,7 @@ from rse_fast.errors import (
     LLMTimeoutError,
 )
 from rse_fast.llm.client import LLMClient, Timeouts
+from rse_fast.llm.parse import parse_choices, parse_chunk
 from rse_fast.llm.retry import RetryPolicy, parse_retry_after
 from rse_fast.llm.routing import Endpoint
 from rse_fast.testing import Fault, Rule, ScriptedServer
@@ -332,3 +333,34 @@ def test_every_error_is_an_llm_error():
         LLMTimeoutError,
     ):
         assert issubclass(cls, LLMError)
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        {"choices": 1},
+        {"choices": {"index": 0}},
+        {"choices": [{"index": 0, "delta": "text"}]},
+        {"choices": [{"index": 0, "delta": ["a"]}]},
+        {"choices": [{"index": 0, "delta": {"content": 7}}]},
+        {"choices": [{"index": "first", "delta": {"content": "x"}}]},
+    ],
+)
+def test_a_chunk_that_is_not_one_is_a_typed_error(chunk):
+    """What a broken gateway can send mid-stream ends the stream in LLMResponseError (which
+    names the endpoint), never in an AttributeError from deep inside the client."""
+    with pytest.raises(LLMResponseError) as info:
+        parse_chunk(chunk, "http://gw/v1")
+    assert info.value.endpoint == "http://gw/v1"
+
+
+def test_content_parts_are_read_as_text_whole_or_streamed():
+    parts = [{"type": "text", "text": "six "}, {"type": "image_url"}, {"type": "text", "text": "7"}]
+    whole = parse_choices({"choices": [{"message": {"role": "assistant", "content": parts}}]}, "u")
+    assert whole[0].text == "six 7" and whole[0].message["content"] == parts  # raw kept
+    (event,) = parse_chunk({"choices": [{"index": 0, "delta": {"content": parts}}]})
+    assert event.delta == "six 7"
+    with pytest.raises(LLMResponseError):
+        parse_choices({"choices": [{"message": {"content": {"text": "x"}}}]}, "u")
+    with pytest.raises(LLMResponseError):
+        parse_choices({"choices": [{"message": "hello"}]}, "u")

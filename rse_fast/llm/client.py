@@ -513,5 +513,5 @@ async def _events(state: EndpointState, resp: aiohttp.ClientResponse) -> AsyncIt
             yield event
         return
     async for data in sse_payloads(stream_lines(resp, state.url), state.url):
-        for event in parse_chunk(data):
+        for event in parse_chunk(data, state.url):
             yield event

@@ -24,6 +24,34 @@ def _reasoning(message: dict[str, Any]) -> str | None:
     return None
 
 
+def _text(value: Any) -> str:
+    """Message or delta content as text: a string, nothing (null), or a list of content parts
+    (``[{"type": "text", "text": ...}]``, as some gateways send) joined; anything else is not a
+    chat completion (TypeError)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        return "".join(p["text"] for p in value if isinstance(p.get("text"), str))
+    raise TypeError(f"content of type {type(value).__name__}")
+
+
+def _fields(value: Any, what: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object (null reads as an empty one), else TypeError."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} of type {type(value).__name__}")
+    return value
+
+
+def _not_a_completion(exc: Exception, data: dict[str, Any], endpoint: str) -> LLMResponseError:
+    return LLMResponseError(
+        f"not a chat completion ({exc!r})", endpoint=endpoint, body=json.dumps(data)[:500]
+    )
+
+
 def _tool_calls(value: Any) -> tuple[dict[str, Any], ...]:
     return tuple(c for c in value if isinstance(c, dict)) if isinstance(value, list) else ()
 
@@ -34,11 +62,11 @@ def parse_choices(data: dict[str, Any], endpoint: str) -> tuple[Choice, ...]:
     try:
         choices = []
         for i, c in enumerate(data["choices"]):
-            message = c.get("message") or {}
+            message = _fields(c.get("message"), "message")
             choices.append(
                 Choice(
                     index=int(c.get("index", i)),
-                    text=message.get("content") or "",
+                    text=_text(message.get("content")),
                     finish_reason=c.get("finish_reason"),
                     logprobs=c.get("logprobs"),
                     reasoning=_reasoning(message),
@@ -48,9 +76,7 @@ def parse_choices(data: dict[str, Any], endpoint: str) -> tuple[Choice, ...]:
                 )
             )
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise LLMResponseError(
-            f"not a chat completion ({exc!r})", endpoint=endpoint, body=json.dumps(data)[:500]
-        ) from None
+        raise _not_a_completion(exc, data, endpoint) from None
     return tuple(sorted(choices, key=lambda c: c.index))
 
 
@@ -69,24 +95,32 @@ def parse_usage(raw: Any) -> Usage | None:
     )
 
 
-def parse_chunk(data: dict[str, Any]) -> list[StreamEvent]:
-    """The events of one streamed chunk: one per choice delta, then the usage (if any)."""
+def parse_chunk(data: dict[str, Any], endpoint: str = "") -> list[StreamEvent]:
+    """The events of one streamed chunk: one per choice delta, then the usage (if any); a
+    chunk that is not one (``choices`` not a list, a delta not an object) raises a
+    LLMResponseError."""
     events = []
-    for c in data.get("choices") or []:
-        if not isinstance(c, dict):
-            continue
-        delta = c.get("delta") or {}
-        events.append(
-            StreamEvent(
-                index=int(c.get("index", 0)),
-                role=delta.get("role"),
-                delta=delta.get("content") or "",
-                reasoning=_reasoning(delta) or "",
-                tool_calls=_tool_calls(delta.get("tool_calls")),
-                finish_reason=c.get("finish_reason"),
-                raw=data,
+    try:
+        choices = data.get("choices") or []
+        if not isinstance(choices, list):
+            raise TypeError(f"choices of type {type(choices).__name__}")
+        for c in choices:
+            if not isinstance(c, dict):
+                continue
+            delta = _fields(c.get("delta"), "delta")
+            events.append(
+                StreamEvent(
+                    index=int(c.get("index", 0)),
+                    role=delta.get("role"),
+                    delta=_text(delta.get("content")),
+                    reasoning=_reasoning(delta) or "",
+                    tool_calls=_tool_calls(delta.get("tool_calls")),
+                    finish_reason=c.get("finish_reason"),
+                    raw=data,
+                )
             )
-        )
+    except (TypeError, ValueError) as exc:
+        raise _not_a_completion(exc, data, endpoint) from None
     usage = parse_usage(data.get("usage"))
     if usage is not None:
         events.append(StreamEvent(usage=usage, raw=data))
