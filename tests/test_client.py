@@ -17,7 +17,7 @@ from rse_fast.errors import (
     LLMTimeoutError,
 )
 from rse_fast.llm.client import LLMClient, Timeouts
-from rse_fast.llm.parse import parse_choices, parse_chunk
+from rse_fast.llm.parse import parse_choices, parse_chunk, parse_usage
 from rse_fast.llm.retry import RetryPolicy, parse_retry_after
 from rse_fast.llm.routing import Endpoint
 from rse_fast.testing import Fault, Rule, ScriptedServer
@@ -98,6 +98,28 @@ async def test_usage_counting_one_choice_is_corrected():
         async with LLMClient(srv.base_url, "m", token_counter=lambda t: len(t.split())) as c:
             res = await c.chat(MSG, n=4)
     assert res.usage.source == "corrected" and res.usage.completion_tokens == 32
+
+
+@pytest.mark.parametrize(
+    ("usage", "read"),
+    [
+        ({"prompt_tokens": 5, "completion_tokens": 7}, (5, 7)),
+        ({"prompt_tokens": 5.0, "completion_tokens": "7"}, (5, 7)),
+        ({"prompt_tokens": -5, "completion_tokens": 7}, None),
+        ({"prompt_tokens": 5, "completion_tokens": 7.5}, None),
+        ({"prompt_tokens": float("nan"), "completion_tokens": 7}, None),
+        ({"prompt_tokens": True, "completion_tokens": 7}, None),
+        ({"prompt_tokens": 5}, None),
+    ],
+)
+def test_reported_usage_is_trusted_only_when_it_is_a_count(usage, read):
+    """A negative or fractional count would let a budget cap be overrun: it is not read, and
+    the call is estimated from its text instead."""
+    got = parse_usage(usage)
+    if read is None:
+        assert got is None
+    else:
+        assert got is not None and (got.prompt_tokens, got.completion_tokens) == read
 
 
 async def test_missing_usage_is_estimated():

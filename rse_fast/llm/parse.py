@@ -80,19 +80,27 @@ def parse_choices(data: dict[str, Any], endpoint: str) -> tuple[Choice, ...]:
     return tuple(sorted(choices, key=lambda c: c.index))
 
 
+def _count(value: Any) -> int | None:
+    """A token count: a non-negative whole number (``12``, ``12.0`` or ``"12"``), else None."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if value >= 0 and float(value).is_integer() else None
+
+
 def parse_usage(raw: Any) -> Usage | None:
-    """``usage`` as the server reported it, or None when absent or malformed."""
+    """``usage`` as the server reported it, or None when absent or malformed (a count that is
+    not a non-negative whole number: the caller then estimates, rather than trust a budget
+    to it)."""
     if not isinstance(raw, dict):
         return None
-    try:
-        prompt, completion = int(raw["prompt_tokens"]), int(raw["completion_tokens"])
-    except (KeyError, TypeError, ValueError):
+    prompt, completion = _count(raw.get("prompt_tokens")), _count(raw.get("completion_tokens"))
+    if prompt is None or completion is None:
         return None
     details = raw.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return Usage(
-        prompt, completion, reasoning_tokens=reasoning if isinstance(reasoning, int) else None
-    )
+    reasoning = _count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    return Usage(prompt, completion, reasoning_tokens=reasoning)
 
 
 def parse_chunk(data: dict[str, Any], endpoint: str = "") -> list[StreamEvent]:
