@@ -105,6 +105,31 @@ def test_the_meter_cuts_the_last_call_to_the_room_left_and_refuses_below_it():
     assert cap.prompt_ratio == pytest.approx(1.05 * 60 / 50)  # it counts prompts higher
 
 
+@pytest.mark.parametrize("name", ("sc", "rse"))
+async def test_a_template_the_estimate_misses_is_learned_once_per_client(name, encoder):
+    """A server whose chat template adds tokens the client cannot see (here 40 per request,
+    as a default system turn does) overruns the default prompt margin. The client keeps the
+    margin its first capped run measured, so every later run on it, down to its refusal
+    minimum (which rises to match), ends within its budget."""
+    def long(body: dict, index: int) -> str:  # every completion runs into its cap
+        text = tts_reply(body, index)
+        return text if text.startswith("{") else " ".join([FILLER] * 40) + " " + text
+
+    problem = Problem("p", PROBLEM, GOLD)
+    server = ScriptedServer(default_reply=long, template_tokens=40)
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        m = method(name, "cap", encoder)
+        naive = m.minimum_budget(c, problem)
+        await m.run(problem, 3000, c)  # the first run on this client measures the margin
+        minimum = m.minimum_budget(c, problem)
+        assert minimum > naive  # the margin now holds what the template adds
+        for budget in (minimum, minimum + 17, 2 * minimum, 1500):
+            res = await m.run(problem, budget, c)
+            assert res.tokens <= budget, (budget, res.tokens)
+        fresh = method(name, "cap", encoder)  # another method on the same client: the same
+        assert fresh.minimum_budget(c, problem) == minimum
+
+
 async def test_service_default_budget_refusal_and_usage_equal_to_the_ledger():
     async with ScriptedServer(default_reply=varied) as up:
         async with running_service(up) as (svc, url), aiohttp.ClientSession() as s:

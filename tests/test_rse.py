@@ -149,8 +149,8 @@ async def test_faults_are_recorded_and_the_round_continues(encoder):
         if is_distill(body) and rollout_index(body) == 2:
             return "I think the attempt is fine, nothing to add."
         if is_distill(body) and rollout_index(body) == 3:
-            long = "word " * 200
-            return json.dumps({"positive": [long], "negative": []})
+            long = "word" + "-and-word" * 24  # long in characters, few tokens: it fits
+            return json.dumps({"positive": [long], "negative": []})  # the distill cap
         return reply(body, index)
 
     async with ScriptedServer(default_reply=garbage_for_rollout_2, faults=faults) as srv:

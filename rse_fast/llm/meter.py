@@ -6,7 +6,9 @@ is smaller, the completion cap is cut to fit; when not even the prompt and a min
 completion fit, the call is refused (``BudgetExhaustedError``) and the method answers from
 what finished. A finished call settles its reservation at the tokens the server reported, so
 the meter never ends above the budget as long as a prompt is not undercounted by more than
-the margin, which is measured from every reply.
+the margin, which is measured from every reply. The margin outlives the run: the client keeps
+it (:class:`PromptCalibration`) and every later cap on that client starts from it, so only a
+client's first calls rely on the default margin (a service's first request, not each one).
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ class Grant:
 
 
 @dataclass
+class PromptCalibration:
+    """The prompt margin a client's replies have shown (reported prompt ÷ estimate, with 5%
+    to spare), kept across its runs; 0 until a capped call has settled."""
+
+    ratio: float = 0.0
+
+    def observe(self, estimate: int, prompt_tokens: int) -> None:
+        if estimate > 0 and prompt_tokens > 0:
+            self.ratio = max(self.ratio, 1.05 * prompt_tokens / estimate)
+
+
+@dataclass
 class TokenCap:
     budget: int
     #: the reserved prompt is estimate × ratio + slack; ratio rises to what replies showed
@@ -39,6 +53,14 @@ class TokenCap:
     settled: int = 0
     reserved: int = 0
     refused: int = 0
+    #: where what this cap learns is kept beyond its run (the client's), if anywhere
+    calibration: PromptCalibration | None = None
+
+    def calibrate(self, calibration: PromptCalibration) -> TokenCap:
+        """Start from (and feed) ``calibration``: the margin earlier runs measured."""
+        self.calibration = calibration
+        self.prompt_ratio = max(self.prompt_ratio, calibration.ratio)
+        return self
 
     @property
     def room(self) -> int:
@@ -63,6 +85,8 @@ class TokenCap:
         self.settled += total_tokens
         if estimate > 0 and prompt_tokens > 0:
             self.prompt_ratio = max(self.prompt_ratio, 1.05 * prompt_tokens / estimate)
+            if self.calibration is not None:
+                self.calibration.observe(estimate, prompt_tokens)
 
     def release(self, grant: Grant, spent: int = 0) -> None:
         """A call that failed: its reservation freed, whatever it did spend booked."""

@@ -393,7 +393,7 @@ class Method(abc.ABC):
     def minimum_budget(self, client: LLMClient, problem: Problem) -> int:
         """The cost of one useful call: its prompt (with the meter's margin) and a completion
         of ``USEFUL_COMPLETION`` tokens (or ``max_tokens`` when smaller)."""
-        cap = TokenCap(0)
+        cap = TokenCap(0).calibrate(client.prompt_calibration)
         prompt = prompt_cost(client, problem.messages())
         return (
             int(prompt * cap.prompt_ratio)

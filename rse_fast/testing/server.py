@@ -87,6 +87,34 @@ class Reply:
         return word_count(" ".join([self.reasoning or "", self.content, calls]))
 
 
+    def cut(self, limit: int | None) -> Reply:
+        """What a server sends when generation stops at ``limit`` tokens (the request's
+        ``max_tokens``): the first ``limit`` of them, reasoning before content, an unfinished
+        tool call dropped, and finish_reason ``length``."""
+        if limit is None or self.tokens <= limit:
+            return self
+        left = max(1, limit)
+        reasoning = None
+        if self.reasoning is not None:
+            reasoning = _first_words(self.reasoning, left)
+            left -= len(reasoning.split())
+        content = _first_words(self.content, left) if left > 0 else ""
+        return Reply(
+            content=content,
+            reasoning=reasoning,
+            finish_reason="length",
+            reasoning_field=self.reasoning_field,
+        )
+
+
+def _first_words(text: str, k: int) -> str:
+    """``text`` up to the end of its ``k``-th word, its spacing kept."""
+    for i, m in enumerate(re.finditer(r"\S+", text)):
+        if i + 1 == k:
+            return text[: m.end()]
+    return text
+
+
 ReplyFn = Callable[[dict[str, Any], int], "str | Reply"]
 
 
@@ -180,6 +208,9 @@ class ScriptedServer:
     ignore_n: bool = False
     usage_first_choice_only: bool = False  # llama.cpp's quirk with n > 1
     close_after_stream: bool = False  # llama.cpp closes the connection after a stream
+    #: prompt tokens the chat template adds to every request: the special tokens around each
+    #: turn, and a default system turn (Qwen2.5's is ~25 tokens) where the request has none
+    template_tokens: int = 0
     model: str = "scripted"
     seed: int = 0
     host: str = "127.0.0.1"
@@ -330,7 +361,9 @@ class ScriptedServer:
         n = int(body.get("n") or 1)
         if self.ignore_n or (fault is not None and fault.kind == "ignore_n"):
             n = 1
-        replies = [self.reply_for(body, k) for k in range(n)]
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
+        limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+        replies = [self.reply_for(body, k).cut(limit) for k in range(n)]
         if body.get("stream") and not (fault is not None and fault.kind == "json_for_stream"):
             if self.stream_tokens_per_s:  # what the stream's pacing will add, for benchmarks
                 self.delays[slot] += replies[0].tokens / self.stream_tokens_per_s
@@ -377,9 +410,10 @@ class ScriptedServer:
         await resp.write_eof()
         return resp
 
-    @staticmethod
-    def _usage(body: dict[str, Any], completion: int, replies: Sequence[Reply]) -> dict[str, Any]:
-        prompt = word_count(prompt_text(body))
+    def _usage(
+        self, body: dict[str, Any], completion: int, replies: Sequence[Reply]
+    ) -> dict[str, Any]:
+        prompt = word_count(prompt_text(body)) + self.template_tokens
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
