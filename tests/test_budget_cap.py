@@ -111,6 +111,7 @@ async def test_a_template_the_estimate_misses_is_learned_once_per_client(name, e
     as a default system turn does) overruns the default prompt margin. The client keeps the
     margin its first capped run measured, so every later run on it, down to its refusal
     minimum (which rises to match), ends within its budget."""
+
     def long(body: dict, index: int) -> str:  # every completion runs into its cap
         text = tts_reply(body, index)
         return text if text.startswith("{") else " ".join([FILLER] * 40) + " " + text

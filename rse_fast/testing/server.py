@@ -86,7 +86,6 @@ class Reply:
         )
         return word_count(" ".join([self.reasoning or "", self.content, calls]))
 
-
     def cut(self, limit: int | None) -> Reply:
         """What a server sends when generation stops at ``limit`` tokens (the request's
         ``max_tokens``): the first ``limit`` of them, reasoning before content, an unfinished
