@@ -7,10 +7,13 @@ with a role-only chunk, send reasoning, content and tool-call deltas at a config
 rate, end with the usage chunk only when ``stream_options.include_usage`` asks, then ``[DONE]``;
 errors are ``{"error": {"message", "type", "param", "code"}}`` (400 for a non-integer seed,
 401 without the configured key). Replies come from rules (regex over the prompt, or a
-predicate) mapping to text, a :class:`Reply` or a callable; usage counts words; latency (the
+predicate) mapping to text, a :class:`Reply` or a callable, and stop at the request's
+``max_tokens`` (finish_reason ``length``); usage counts words (plus ``template_tokens`` of
+prompt a chat template adds, which the client cannot see); latency (the
 "prefill" before the first byte) is fixed or drawn from a seeded distribution; faults are
 injected per request (HTTP errors with Retry-After, slow replies, truncated bodies, malformed
-JSON, connection resets, a stream dropped midway, ignoring ``n``, omitting usage).
+JSON, JSON nested past a parser's stack, connection resets, a stream dropped midway, ignoring
+``n``, omitting usage).
 """
 
 from __future__ import annotations
