@@ -107,8 +107,8 @@ def test_the_meter_cuts_the_last_call_to_the_room_left_and_refuses_below_it():
 
 @pytest.mark.parametrize("name", ("sc", "rse"))
 async def test_a_template_the_estimate_misses_is_learned_once_per_client(name, encoder):
-    """A server whose chat template adds tokens the client cannot see (here 40 per request,
-    as a default system turn does) overruns the default prompt margin. The client keeps the
+    """A server whose chat template adds tokens the client cannot see (here 80 per request,
+    as a long default system turn does) overruns the default prompt margin. The client keeps the
     margin its first capped run measured, so every later run on it, down to its refusal
     minimum (which rises to match), ends within its budget."""
 
@@ -117,7 +117,7 @@ async def test_a_template_the_estimate_misses_is_learned_once_per_client(name, e
         return text if text.startswith("{") else " ".join([FILLER] * 40) + " " + text
 
     problem = Problem("p", PROBLEM, GOLD)
-    server = ScriptedServer(default_reply=long, template_tokens=40)
+    server = ScriptedServer(default_reply=long, template_tokens=80)
     async with server as srv, LLMClient(srv.base_url, "m") as c:
         m = method(name, "cap", encoder)
         naive = m.minimum_budget(c, problem)
