@@ -168,6 +168,15 @@ def test_a_reply_cut_off_after_latex_keeps_its_whole_items():
     assert got is not None and got.positive == LATEX_READ[:4]
 
 
+def test_json_after_a_long_latex_preamble_is_found():
+    """Hundreds of short LaTeX blocks before the object do not hide it (the search for the
+    object is bounded by how much of the reply it reads, not by how many braces it tries)."""
+    preamble = "Thinking: " + " ".join(f"\\frac{{{i}}}{{{i + 1}}}" for i in range(200))
+    reply = preamble + "\n" + json.dumps({"propositions": ["a half and a third make 5/6"]})
+    got = parse_distillation(reply, 5, 200)
+    assert got is not None and got.positive == ["a half and a third make 5/6"]
+
+
 def test_clean_statement_truncates_at_a_word():
     s = clean_statement("1. " + "alpha " * 50, 40)
     assert len(s) <= 40 and s.endswith("…") and not s.startswith("1.")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -74,17 +73,19 @@ def repair_escapes(text: str) -> str:
     return _ESCAPE.sub(_read_escape, text)
 
 
-#: Braces a reply's JSON object may start at; each try scans to its block's end, so a reply of
-#: braces alone costs ``_MAX_STARTS`` scans, not one per brace (quadratic in its length).
-_MAX_STARTS = 32
+#: How many times over a reply the search for its JSON object may read it: each brace it
+#: tries is scanned to its block's end, so a reply of unclosed braces would cost one scan per
+#: brace (quadratic), while the short blocks of LaTeX before the object cost little.
+_SCAN_PASSES = 32
 #: What ``json.loads`` raises on a reply that is not JSON, or nested past the parser's stack.
 _NOT_JSON = (ValueError, RecursionError)
 
 
 def _first_json_object(text: str) -> Any:
     """The first balanced ``{...}`` block that parses as JSON (prose and fences around it),
-    among the first ``_MAX_STARTS`` braces."""
-    for m in itertools.islice(re.finditer(r"\{", text), _MAX_STARTS):
+    found within ``_SCAN_PASSES`` readings of the reply."""
+    work = _SCAN_PASSES * len(text)
+    for m in re.finditer(r"\{", text):
         depth, in_str, esc = 0, False, False
         for i in range(m.start(), len(text)):
             ch = text[i]
@@ -100,6 +101,9 @@ def _first_json_object(text: str) -> Any:
                         return json.loads(text[m.start() : i + 1])
                     except _NOT_JSON:
                         break
+        work -= i - m.start() + 1
+        if work <= 0:
+            return None
     return None
 
 
