@@ -10,11 +10,13 @@ import json
 import aiohttp
 import pytest
 from conftest import running_service
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError, BudgetTooSmallError
 from rse_fast.llm import LLMClient
-from rse_fast.llm.meter import TokenCap
+from rse_fast.llm.meter import MAX_LEARNED_SLACK, PromptMargin, TokenCap
 from rse_fast.methods import Problem, make_method
 from rse_fast.testing import ScriptedServer
 
@@ -102,7 +104,29 @@ def test_the_meter_cuts_the_last_call_to_the_room_left_and_refuses_below_it():
         cap.reserve(20, 100)
     cap.settle(first, 60, 90, 50)  # it used less than it reserved: the rest is free again
     assert cap.room == 250 - 90 - second.total and cap.refused == 1
-    assert cap.prompt_ratio == pytest.approx(1.05 * 60 / 50)  # it counts prompts higher
+    cap.settle(second, 45, 99, 20)  # the server counts this prompt higher than reserved
+    assert cap.margin.reserve(20) >= 45 and cap.room == 250 - 90 - 99
+
+
+def test_the_margin_learns_a_template_as_slack_and_a_miscount_as_ratio():
+    """A default system turn (7 estimated, 36 counted: Qwen2.5 behind llama-server) widens
+    the slack, not the ratio, so a long prompt after it is not reserved 5 times over; an
+    excess that grows with the prompt (a digit-heavy one: 1,000 estimated, 1,540 counted)
+    raises the ratio once the slack is at its most."""
+    margin = PromptMargin()
+    margin.learn(7, 36)
+    assert margin.reserve(7) >= 36 and margin.ratio == PromptMargin().ratio
+    assert margin.reserve(2000) < 1.2 * 2000
+    margin.learn(1000, 1540)
+    assert margin.reserve(1000) >= 1540 and margin.slack == MAX_LEARNED_SLACK
+
+
+@given(st.lists(st.tuples(st.integers(1, 5000), st.integers(1, 20000)), max_size=12))
+def test_the_margin_covers_every_prompt_it_has_seen(calls):
+    margin = PromptMargin()
+    for estimate, counted in calls:
+        margin.learn(estimate, counted)
+    assert all(margin.reserve(estimate) >= counted for estimate, counted in calls)
 
 
 @pytest.mark.parametrize("name", ("sc", "rse"))

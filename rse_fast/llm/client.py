@@ -22,7 +22,7 @@ import aiohttp
 
 from rse_fast.errors import LLMBadRequestError, LLMError
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
-from rse_fast.llm.meter import Grant, PromptCalibration, TokenCap
+from rse_fast.llm.meter import Grant, PromptMargin, TokenCap
 from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, parse_usage
 from rse_fast.llm.retry import RetryPolicy
 from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
@@ -105,8 +105,9 @@ class LLMClient:
         self.transport = Transport(pool, timeouts, retry, on_failure=self._trace_failure)
         self.ledger = ledger if ledger is not None else Ledger()
         self.cap: TokenCap | None = None  # a cap-mode budget every call draws on
-        #: the prompt margin capped calls measured, shared by every view of this client
-        self.prompt_calibration = PromptCalibration()
+        #: how capped calls reserve their prompts, learned from every reply to any of them
+        #: and shared by every view of this client (so by all its runs)
+        self.prompt_margin = PromptMargin()
         self.count_tokens: TokenCounter = token_counter or approx_token_count
 
     @property
@@ -236,9 +237,11 @@ class LLMClient:
     def with_cap(self, cap: TokenCap | None) -> LLMClient:
         """A view whose calls all draw on ``cap`` (a ``cap``-mode budget): each reserves its
         worst case first, its completion cap cut to the room left, or is refused. The cap
-        starts from the prompt margin this client's earlier capped calls measured."""
+        reserves prompts with this client's margin, which earlier runs have widened."""
         view = copy.copy(self)
-        view.cap = cap.calibrate(self.prompt_calibration) if cap is not None else None
+        if cap is not None:
+            cap.margin = self.prompt_margin
+        view.cap = cap
         return view
 
     def _reserve(self, body: dict[str, Any], n: int) -> tuple[Grant | None, int]:

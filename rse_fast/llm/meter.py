@@ -7,13 +7,14 @@ completion fit, the call is refused (``BudgetExhaustedError``) and the method an
 what finished. A finished call settles its reservation at the tokens the server reported, so
 the meter never ends above the budget as long as a prompt is not undercounted by more than
 the margin, which is measured from every reply. The margin outlives the run: the client keeps
-it (:class:`PromptCalibration`) and every later cap on that client starts from it, so only a
-client's first calls rely on the default margin (a service's first request, not each one).
+one (:class:`PromptMargin`) that every cap on it shares, so only a client's first calls rely
+on the default margin (a service's first request, not each one).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from rse_fast.errors import BudgetExhaustedError
 
@@ -32,42 +33,51 @@ class Grant:
         return self.prompt + self.n * self.completion
 
 
+#: The most the margin's additive part learns: what a chat template adds (special tokens, a
+#: default system turn) is the same for every prompt; an excess beyond it is a miscount that
+#: grows with the prompt, and raises the ratio instead.
+MAX_LEARNED_SLACK = 64
+
+
 @dataclass
-class PromptCalibration:
-    """The prompt margin a client's replies have shown (reported prompt ÷ estimate, with 5%
-    to spare), kept across its runs; 0 until a capped call has settled."""
+class PromptMargin:
+    """How a call's prompt is reserved: estimate × ``ratio`` + ``slack``. A reply whose prompt
+    count (with 5% to spare) the margin did not cover widens it: the slack first, up to
+    ``MAX_LEARNED_SLACK``, then the ratio, so one short prompt with a long template does not
+    inflate the reservation of every long prompt after it. A client holds one for all its
+    runs (:attr:`LLMClient.prompt_margin`); a cap without one learns for its run alone."""
 
-    ratio: float = 0.0
+    ratio: float = 1.15
+    slack: int = 8
 
-    def observe(self, estimate: int, prompt_tokens: int) -> None:
-        if estimate > 0 and prompt_tokens > 0:
-            self.ratio = max(self.ratio, 1.05 * prompt_tokens / estimate)
+    def reserve(self, estimate: int) -> int:
+        return int(estimate * self.ratio) + self.slack
+
+    def learn(self, estimate: int, prompt_tokens: int) -> None:
+        need = 1.05 * prompt_tokens
+        if estimate <= 0 or prompt_tokens <= 0 or need <= estimate * self.ratio + self.slack:
+            return
+        wanted = math.ceil(need - estimate * self.ratio)
+        self.slack = max(self.slack, min(MAX_LEARNED_SLACK, wanted))
+        if need > estimate * self.ratio + self.slack:
+            self.ratio = (need - self.slack) / estimate
 
 
 @dataclass
 class TokenCap:
     budget: int
-    #: the reserved prompt is estimate × ratio + slack; ratio rises to what replies showed
-    prompt_ratio: float = 1.15
-    prompt_slack: int = 8
+    #: how prompts are reserved; the client's shared margin when the cap is one of its views
+    margin: PromptMargin = field(default_factory=PromptMargin)
     settled: int = 0
     reserved: int = 0
     refused: int = 0
-    #: where what this cap learns is kept beyond its run (the client's), if anywhere
-    calibration: PromptCalibration | None = None
-
-    def calibrate(self, calibration: PromptCalibration) -> TokenCap:
-        """Start from (and feed) ``calibration``: the margin earlier runs measured."""
-        self.calibration = calibration
-        self.prompt_ratio = max(self.prompt_ratio, calibration.ratio)
-        return self
 
     @property
     def room(self) -> int:
         return self.budget - self.settled - self.reserved
 
     def reserve(self, prompt_estimate: int, max_completion: int, n: int = 1) -> Grant:
-        prompt = int(prompt_estimate * self.prompt_ratio) + self.prompt_slack
+        prompt = self.margin.reserve(prompt_estimate)
         per_choice = min(max_completion, (self.room - prompt) // max(1, n))
         if per_choice < min(MIN_COMPLETION, max_completion):
             self.refused += 1
@@ -83,10 +93,7 @@ class TokenCap:
         """Book a finished call at the server's counts (and learn how it counts prompts)."""
         self.reserved -= grant.total
         self.settled += total_tokens
-        if estimate > 0 and prompt_tokens > 0:
-            self.prompt_ratio = max(self.prompt_ratio, 1.05 * prompt_tokens / estimate)
-            if self.calibration is not None:
-                self.calibration.observe(estimate, prompt_tokens)
+        self.margin.learn(estimate, prompt_tokens)
 
     def release(self, grant: Grant, spent: int = 0) -> None:
         """A call that failed: its reservation freed, whatever it did spend booked."""

@@ -393,13 +393,8 @@ class Method(abc.ABC):
     def minimum_budget(self, client: LLMClient, problem: Problem) -> int:
         """The cost of one useful call: its prompt (with the meter's margin) and a completion
         of ``USEFUL_COMPLETION`` tokens (or ``max_tokens`` when smaller)."""
-        cap = TokenCap(0).calibrate(client.prompt_calibration)
         prompt = prompt_cost(client, problem.messages())
-        return (
-            int(prompt * cap.prompt_ratio)
-            + cap.prompt_slack
-            + min(self.max_tokens, USEFUL_COMPLETION)
-        )
+        return client.prompt_margin.reserve(prompt) + min(self.max_tokens, USEFUL_COMPLETION)
 
     def expected_completion(self) -> float:
         """Completion tokens a generation is expected to take: what earlier runs of this
