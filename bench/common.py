@@ -92,3 +92,24 @@ def replace_readme_block(name: str, body: str, heading: str) -> None:
     else:
         text = text.rstrip() + f"\n\n{heading}\n\n{block}\n"
     readme.write_text(text)
+
+
+def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
+    """The records of an append-only JSONL file. A last line cut off by a writer that was
+    killed is skipped; with ``repair`` it is also removed from the file, so the next record
+    appended starts on a line of its own. A bad line anywhere else raises."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows: list[dict[str, Any]] = []
+    for k, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if k != len(lines) - 1:
+                raise
+            if repair:
+                path.write_text("".join(kept + "\n" for kept in lines[:k]))
+    return rows

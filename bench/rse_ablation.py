@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 
-from common import machine, replace_readme_block, write_result
+from common import machine, read_jsonl, replace_readme_block, write_result
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -161,10 +161,7 @@ class Records:
         out = cls()
         for m in methods:
             path = folder / f"{slug(m)}.jsonl"
-            rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if (
-                path.exists()
-            ) else []  # fmt: skip
-            out.by_method[m] = {r["id"]: r for r in rows}
+            out.by_method[m] = {r["id"]: r for r in read_jsonl(path)}
         return out
 
     def common(self, order: list[str]) -> list[str]:

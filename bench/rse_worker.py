@@ -11,9 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import read_jsonl
 
 
 def _imports() -> tuple[Any, Any, Any, Any]:
@@ -32,9 +36,7 @@ async def run(args: argparse.Namespace) -> None:
     Encoder, LLMClient, Problem, make_method = _imports()
     problems = json.loads(Path(args.problems).read_text())
     out = Path(args.out)
-    done = set()
-    if out.exists():
-        done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
+    done = {r["id"] for r in read_jsonl(out, repair=True)}
     todo = [p for p in problems if p["id"] not in done]
     if not todo:
         return

@@ -132,3 +132,19 @@ def test_pooled_bank_reach_weights_each_cell_by_its_problems() -> None:
     assert got["problems"] == 8  # the dev cell is not pooled
     assert got["bank_reach"]["shown"] == {"diff": pytest.approx(0.25), "problems": 4}
     assert got["bank_reach"]["not_shown"] == {"diff": pytest.approx(0.125), "problems": 4}
+
+
+def test_a_record_torn_by_a_killed_writer_is_dropped_and_the_file_mended(tmp_path):
+    """A worker killed mid-write leaves half a line; resuming skips it (the problem reruns)
+    instead of failing on it, and the next record starts on a line of its own."""
+    from common import read_jsonl
+
+    path = tmp_path / "rse.jsonl"
+    path.write_text('{"id": "a", "tokens": 1}\n{"id": "b", "tok')
+    assert [r["id"] for r in read_jsonl(path)] == ["a"]
+    assert path.read_text().endswith('"tok')  # a reader alone changes nothing
+    assert [r["id"] for r in read_jsonl(path, repair=True)] == ["a"]
+    assert path.read_text() == '{"id": "a", "tokens": 1}\n'
+    path.write_text('{"id": "a"}\n{"id": "b", "tok\n{"id": "c"}\n')
+    with pytest.raises(ValueError):
+        read_jsonl(path)  # damage before the last line is not a torn write: it is reported
