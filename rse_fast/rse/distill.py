@@ -246,11 +246,11 @@ def parse_distillation(
 ) -> Distilled | None:
     """Propositions and pitfalls from a distiller reply, or None if unparseable. With
     ``problem``, statements that only echo it or the instructions are dropped."""
-    text = repair_escapes(text)
+    repaired = repair_escapes(text)
     try:
-        data: Any = json.loads(text)
-    except _NOT_JSON:
-        data = _first_json_object(text) or _python_literal(text) or salvage(text)
+        data: Any = json.loads(repaired)
+    except _NOT_JSON:  # salvage repairs each item it reads, so it gets the reply as written
+        data = _first_json_object(repaired) or _python_literal(repaired) or salvage(text)
     if not isinstance(data, dict):
         return None
     lowered = {str(k).lower(): v for k, v in data.items()}
