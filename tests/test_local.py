@@ -12,6 +12,9 @@ import pytest
 from rse_fast.encoder import Encoder
 from rse_fast.errors import ModelNotFoundError
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.ledger import count_prompt_tokens
+from rse_fast.llm.meter import PromptMargin, TokenCap
+from rse_fast.llm.prompt_count import server_prompt_tokens
 from rse_fast.local.models import resolve_gguf
 from rse_fast.local.server import LocalServer, LocalServerError, setup
 from rse_fast.rse.config import RSEConfig
@@ -80,6 +83,23 @@ async def test_one_full_rse_round_with_real_distillation(installed):
     accepted = sum(d.accepted for d in r1.decisions)
     assert accepted == sum(result.bank_sizes.values())
     assert result.ledger["roles"]["distill"]["calls"] == 2
+
+
+@pytest.mark.integration
+async def test_a_fresh_clients_first_capped_call_holds_what_the_template_adds(installed):
+    """llama-server renders a default system turn the client cannot see; its own
+    ``/apply-template`` and ``/tokenize`` count it before the first capped call, so a budget
+    that lets the call run into its cap is not overrun (the default margin would be)."""
+    msg = [{"role": "user", "content": "Count from 1 to 500, one number per line."}]
+    async with LocalServer(MODEL, parallel=1) as srv, LLMClient(srv.base_url, srv.model_name) as c:
+        counted = await server_prompt_tokens(c.transport, c.build_body(msg))
+        estimate = count_prompt_tokens(msg, c.count_tokens)
+        assert counted is not None and PromptMargin().reserve(estimate) < counted
+        budget = counted + 48
+        res = await c.with_cap(TokenCap(budget)).chat(msg, max_tokens=400, temperature=0.0)
+    assert res.usage.prompt_tokens == counted  # what the probe counted is what was billed
+    assert res.choices[0].finish_reason == "length", res.text  # the cap bound the call
+    assert res.usage.total_tokens <= budget, (res.usage, budget)
 
 
 @pytest.mark.integration

@@ -24,6 +24,7 @@ from rse_fast.errors import LLMBadRequestError, LLMError
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
 from rse_fast.llm.meter import Grant, PromptMargin, TokenCap
 from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, parse_usage
+from rse_fast.llm.prompt_count import PromptCounter
 from rse_fast.llm.retry import RetryPolicy
 from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
 from rse_fast.llm.sse import sse_payloads
@@ -108,6 +109,8 @@ class LLMClient:
         #: how capped calls reserve their prompts, learned from every reply to any of them
         #: and shared by every view of this client (so by all its runs)
         self.prompt_margin = PromptMargin()
+        #: asks the server's tokenizer once, before the first capped call, to seed the margin
+        self.prompt_counter = PromptCounter()
         self.count_tokens: TokenCounter = token_counter or approx_token_count
 
     @property
@@ -220,7 +223,7 @@ class LLMClient:
             extra=extra,
         )
         t0 = time.perf_counter()
-        grant, estimate = self._reserve(body, n)
+        grant, estimate = await self._reserve(body, n)
         try:
             result = await self._chat_n(body, n)
         except LLMError as exc:
@@ -244,18 +247,34 @@ class LLMClient:
         view.cap = cap
         return view
 
-    def _reserve(self, body: dict[str, Any], n: int) -> tuple[Grant | None, int]:
-        """Reserve a call's worst case on the cap (its ``max_tokens`` cut to fit)."""
+    async def _reserve(self, body: dict[str, Any], n: int) -> tuple[Grant | None, int]:
+        """Reserve a call's worst case on the cap (its ``max_tokens`` cut to fit). A client's
+        first capped call first asks the server how it counts the prompt, so the first wave's
+        reservations already hold what its chat template adds."""
         if self.cap is None:
             return None, 0
-        estimate = count_prompt_tokens(body["messages"], self.count_tokens)
-        if body.get("tools"):
-            estimate += self.count_tokens(json.dumps(body["tools"]))
+        estimate = self._prompt_estimate(body)
+        await self.prompt_counter.seed(self.transport, self.cap.margin, body, estimate)
         wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4096)
         grant = self.cap.reserve(estimate, wanted, n)
         body["max_tokens"] = grant.completion
         body.pop("max_completion_tokens", None)
         return grant, estimate
+
+    def _prompt_estimate(self, body: dict[str, Any]) -> int:
+        estimate = count_prompt_tokens(body["messages"], self.count_tokens)
+        if body.get("tools"):
+            estimate += self.count_tokens(json.dumps(body["tools"]))
+        return estimate
+
+    async def calibrate_prompt_margin(self, messages: Sequence[Message]) -> None:
+        """Ask the server, once per client, how it counts ``messages`` (template included),
+        so the first capped call's reservation and a refusal minimum already hold it. A
+        no-op once any count has been seen, and where the server has no tokenizer endpoint
+        (see :mod:`rse_fast.llm.prompt_count`)."""
+        body = self.build_body(messages)
+        estimate = self._prompt_estimate(body)
+        await self.prompt_counter.seed(self.transport, self.prompt_margin, body, estimate)
 
     def _settle(self, grant: Grant | None, usage: Usage, estimate: int) -> None:
         if grant is not None and self.cap is not None:
@@ -323,7 +342,7 @@ class LLMClient:
         body["stream"] = True
         if include_usage:
             body["stream_options"] = {"include_usage": True}
-        grant, estimate = self._reserve(body, 1)
+        grant, estimate = await self._reserve(body, 1)
         t0 = time.perf_counter()
         content: list[str] = []
         reasoning: list[str] = []

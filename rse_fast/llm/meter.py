@@ -7,8 +7,9 @@ completion fit, the call is refused (``BudgetExhaustedError``) and the method an
 what finished. A finished call settles its reservation at the tokens the server reported, so
 the meter never ends above the budget as long as a prompt is not undercounted by more than
 the margin, which is measured from every reply. The margin outlives the run: the client keeps
-one (:class:`PromptMargin`) that every cap on it shares, so only a client's first calls rely
-on the default margin (a service's first request, not each one).
+one (:class:`PromptMargin`) that every cap on it shares, and seeds it before its first capped
+call from the server's own tokenizer where the server has one (:mod:`rse_fast.llm.prompt_count`),
+so only a client of a server without one relies on the default margin for its first calls.
 """
 
 from __future__ import annotations
@@ -49,13 +50,18 @@ class PromptMargin:
 
     ratio: float = 1.15
     slack: int = 8
+    #: whether a server's count has been seen (a reply's usage, or the server's tokenizer)
+    observed: bool = False
 
     def reserve(self, estimate: int) -> int:
         return int(estimate * self.ratio) + self.slack
 
     def learn(self, estimate: int, prompt_tokens: int) -> None:
+        if estimate <= 0 or prompt_tokens <= 0:
+            return
+        self.observed = True
         need = 1.05 * prompt_tokens
-        if estimate <= 0 or prompt_tokens <= 0 or need <= estimate * self.ratio + self.slack:
+        if need <= estimate * self.ratio + self.slack:
             return
         wanted = math.ceil(need - estimate * self.ratio)
         self.slack = max(self.slack, min(MAX_LEARNED_SLACK, wanted))

@@ -80,7 +80,7 @@ def parse_choices(data: dict[str, Any], endpoint: str) -> tuple[Choice, ...]:
     return tuple(sorted(choices, key=lambda c: c.index))
 
 
-def _count(value: Any) -> int | None:
+def token_count(value: Any) -> int | None:
     """A token count: a non-negative whole number (``12``, ``12.0`` or ``"12"``), else None."""
     if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value)
@@ -95,11 +95,14 @@ def parse_usage(raw: Any) -> Usage | None:
     to it)."""
     if not isinstance(raw, dict):
         return None
-    prompt, completion = _count(raw.get("prompt_tokens")), _count(raw.get("completion_tokens"))
+    prompt, completion = (
+        token_count(raw.get("prompt_tokens")),
+        token_count(raw.get("completion_tokens")),
+    )
     if prompt is None or completion is None:
         return None
     details = raw.get("completion_tokens_details")
-    reasoning = _count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    reasoning = token_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
     return Usage(prompt, completion, reasoning_tokens=reasoning)
 
 

@@ -377,11 +377,14 @@ class Method(abc.ABC):
             if name in self.PRIOR_FIELDS and getattr(self, name) is None:
                 setattr(self, name, value)
 
-    def metered(self, client: LLMClient, budget: int, problem: Problem) -> LLMClient:
+    async def metered(self, client: LLMClient, budget: int, problem: Problem) -> LLMClient:
         """The run's own view of ``client``: a fresh ledger and, in ``cap`` mode, the meter
         every call draws on. A budget below one useful call is refused here, naming the
-        minimum, before anything is sent."""
+        minimum, before any completion is asked for (in ``cap`` mode a fresh client first
+        asks the server how it counts the prompt, so the minimum holds its template)."""
         self._restore_priors(client)
+        if self.budget_mode == "cap":
+            await client.calibrate_prompt_margin(problem.messages())
         view = client.with_ledger(Ledger())
         minimum = self.minimum_budget(view, problem)
         if budget < minimum:

@@ -38,7 +38,7 @@ class Refinement(Method):
         return self.stop_score is not None and score == score and score >= self.stop_score
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        c = self.metered(client, budget, problem)
+        c = await self.metered(client, budget, problem)
         spend = Spend(c.ledger, budget)
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         task, open_ended = problem.transcript, problem.open_ended

@@ -99,7 +99,7 @@ class RSEMethod(Method):
         sampling or a stop (``settle_spend``)."""
         if problem.open_ended:
             raise ValueError("RSE answers by a vote over final answers: use it on verifiable tasks")
-        c = self.metered(client, budget, problem)
+        c = await self.metered(client, budget, problem)
         spend = Spend(c.ledger, budget)
         cfg = RSEConfig(
             **{

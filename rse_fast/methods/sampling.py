@@ -179,7 +179,7 @@ class SelfConsistency(Method):
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
         if problem.open_ended and not problem.tools:
             raise ValueError("self-consistency votes on final answers: use it on verifiable tasks")
-        c = self.metered(client, budget, problem)
+        c = await self.metered(client, budget, problem)
         early = EarlyStop(self._settled(problem)) if self.early_stop else None
         estimate = sample_cost(self, c, problem)
         pool = await in_waves(
@@ -242,7 +242,7 @@ class BestOfN(Method):
         candidate, the distinct share taken from earlier runs (duplicates are judged free)."""
         if problem.open_ended and self.selection == "weighted":
             raise ValueError("score-weighted voting needs final answers: use selection='best'")
-        c = self.metered(client, budget, problem)
+        c = await self.metered(client, budget, problem)
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         per_sample = sample_cost(self, c, problem)
         judge_guess = per_sample + JUDGE_OVERHEAD_TOKENS
@@ -383,7 +383,7 @@ class Fusion(Method):
         self.fuse_k, self.max_fusion_chars = fuse_k, max_fusion_chars
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        c = self.metered(client, budget, problem)
+        c = await self.metered(client, budget, problem)
         prompt = prompt_cost(c, problem.messages())
         per_chars = max(200, self.max_fusion_chars // self.fuse_k)
 

@@ -147,7 +147,7 @@ class _Stepwise(Method):
         """Independent searches one after another while the budget lasts: when every path of a
         search finishes early, the rest of the budget widens the pool with a new search. Until
         a path has finished, the expected cost of finishing one is held back."""
-        c = self.metered(client, budget, problem)
+        c = await self.metered(client, budget, problem)
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         prompt = prompt_cost(c, problem.messages())
         finished: list[SearchPath] = []

@@ -213,11 +213,18 @@ class ScriptedServer:
     #: prompt tokens the chat template adds to every request: the special tokens around each
     #: turn, and a default system turn (Qwen2.5's is ~25 tokens) where the request has none
     template_tokens: int = 0
+    #: the tokenizer endpoints beside ``/v1``: llama.cpp's (``/apply-template`` renders the
+    #: chat, ``/tokenize`` counts ``content`` and answers no tokens for anything else), vLLM's
+    #: (``/tokenize`` counts ``messages`` or a ``prompt``), or none (a gateway, a hosted API)
+    tokenizer_api: Literal["llama.cpp", "vllm"] | None = None
+    tokenizer_delay_s: float = 0.0
     model: str = "scripted"
     seed: int = 0
     host: str = "127.0.0.1"
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: (path, body) of every request to a tokenizer endpoint, answered or not
+    tokenizer_requests: list[tuple[str, Any]] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)  # injected latency, per request
     held: list[float] = field(default_factory=list)  # seconds each request was in the handler
     in_flight: int = 0
@@ -238,6 +245,8 @@ class ScriptedServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/debug/requests", self._debug_requests)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/apply-template", self._apply_template)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -307,6 +316,46 @@ class ScriptedServer:
         ]
         return web.json_response(rows)
 
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        """What a chat request's prompt counts: its words plus what the template adds."""
+        return word_count(prompt_text(body)) + self.template_tokens
+
+    def _unauthorised(self, request: web.Request) -> bool:
+        wanted = f"Bearer {self.api_key}"
+        return self.api_key is not None and request.headers.get("Authorization") != wanted
+
+    async def _tokenizer_body(self, request: web.Request) -> Any:
+        if self._unauthorised(request):
+            raise web.HTTPUnauthorized()
+        body = await request.json()
+        self.tokenizer_requests.append((request.path, body))
+        if self.tokenizer_delay_s:
+            await asyncio.sleep(self.tokenizer_delay_s)
+        return body
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await self._tokenizer_body(request)
+        if self.tokenizer_api is None:
+            raise web.HTTPNotFound()
+        if self.tokenizer_api == "llama.cpp":
+            content = body.get("content")
+            count = word_count(content) if isinstance(content, str) else 0
+            return web.json_response({"tokens": list(range(count))})
+        if isinstance(body.get("messages"), list):
+            count = self.prompt_tokens(body)
+        elif isinstance(body.get("prompt"), str):
+            count = word_count(body["prompt"])
+        else:
+            return web.json_response(error_body(400, "prompt or messages required"), status=400)
+        return web.json_response({"count": count, "max_model_len": 32768, "tokens": [0] * count})
+
+    async def _apply_template(self, request: web.Request) -> web.Response:
+        body = await self._tokenizer_body(request)
+        if self.tokenizer_api != "llama.cpp":
+            raise web.HTTPNotFound()
+        rendered = " ".join(["<|turn|>"] * self.template_tokens + [prompt_text(body)])
+        return web.json_response({"prompt": rendered})
+
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
             {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "test"}]}
@@ -314,9 +363,7 @@ class ScriptedServer:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
-        if self.api_key is not None and request.headers.get("Authorization") != (
-            f"Bearer {self.api_key}"
-        ):
+        if self._unauthorised(request):
             return web.json_response(error_body(401, "invalid API key"), status=401)
         body = await request.json()
         problem = self._invalid(body)
@@ -415,7 +462,7 @@ class ScriptedServer:
     def _usage(
         self, body: dict[str, Any], completion: int, replies: Sequence[Reply]
     ) -> dict[str, Any]:
-        prompt = word_count(prompt_text(body)) + self.template_tokens
+        prompt = self.prompt_tokens(body)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
