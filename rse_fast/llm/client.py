@@ -223,7 +223,9 @@ class LLMClient:
             extra=extra,
         )
         t0 = time.perf_counter()
-        grant, estimate = await self._reserve(body, n)
+        if self.cap is not None and self.prompt_counter.pending(self.cap.margin):
+            await self._calibrate(body, self.cap.margin)
+        grant, estimate = self._reserve(body, n)
         try:
             result = await self._chat_n(body, n)
         except LLMError as exc:
@@ -247,14 +249,11 @@ class LLMClient:
         view.cap = cap
         return view
 
-    async def _reserve(self, body: dict[str, Any], n: int) -> tuple[Grant | None, int]:
-        """Reserve a call's worst case on the cap (its ``max_tokens`` cut to fit). A client's
-        first capped call first asks the server how it counts the prompt, so the first wave's
-        reservations already hold what its chat template adds."""
+    def _reserve(self, body: dict[str, Any], n: int) -> tuple[Grant | None, int]:
+        """Reserve a call's worst case on the cap (its ``max_tokens`` cut to fit)."""
         if self.cap is None:
             return None, 0
         estimate = self._prompt_estimate(body)
-        await self.prompt_counter.seed(self.transport, self.cap.margin, body, estimate)
         wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4096)
         grant = self.cap.reserve(estimate, wanted, n)
         body["max_tokens"] = grant.completion
@@ -272,9 +271,13 @@ class LLMClient:
         so the first capped call's reservation and a refusal minimum already hold it. A
         no-op once any count has been seen, and where the server has no tokenizer endpoint
         (see :mod:`rse_fast.llm.prompt_count`)."""
-        body = self.build_body(messages)
-        estimate = self._prompt_estimate(body)
-        await self.prompt_counter.seed(self.transport, self.prompt_margin, body, estimate)
+        if self.prompt_counter.pending(self.prompt_margin):
+            await self._calibrate(self.build_body(messages), self.prompt_margin)
+
+    async def _calibrate(self, body: dict[str, Any], margin: PromptMargin) -> None:
+        """A client's first capped call (or run) asks the server how it counts the prompt, so
+        the first wave's reservations already hold what its chat template adds."""
+        await self.prompt_counter.seed(self.transport, margin, body, self._prompt_estimate(body))
 
     def _settle(self, grant: Grant | None, usage: Usage, estimate: int) -> None:
         if grant is not None and self.cap is not None:
@@ -342,7 +345,9 @@ class LLMClient:
         body["stream"] = True
         if include_usage:
             body["stream_options"] = {"include_usage": True}
-        grant, estimate = await self._reserve(body, 1)
+        if self.cap is not None and self.prompt_counter.pending(self.cap.margin):
+            await self._calibrate(body, self.cap.margin)
+        grant, estimate = self._reserve(body, 1)
         t0 = time.perf_counter()
         content: list[str] = []
         reasoning: list[str] = []

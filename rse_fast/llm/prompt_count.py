@@ -39,17 +39,16 @@ class PromptCounter:
     def __init__(self) -> None:
         self._probe: asyncio.Task[None] | None = None
 
-    @property
-    def asked(self) -> bool:
-        return self._probe is not None and self._probe.done()
+    def pending(self, margin: PromptMargin) -> bool:
+        """Whether a call should wait for the probe: ``margin`` has seen no server's count and
+        the server has not been asked yet (a cheap test, so later calls skip ``seed``)."""
+        return not margin.observed and not (self._probe is not None and self._probe.done())
 
     async def seed(
         self, transport: Transport, margin: PromptMargin, body: dict[str, Any], estimate: int
     ) -> None:
         """Widen ``margin`` to the server's count of ``body``'s prompt (``estimate`` is the
-        client's), unless a count has been seen already or the server was asked before."""
-        if margin.observed or self.asked:
-            return
+        client's): the probe started now, or the one already under way."""
         loop = asyncio.get_running_loop()
         if self._probe is None or self._probe.get_loop() is not loop:
             self._probe = loop.create_task(_seed(transport, margin, body, estimate))
