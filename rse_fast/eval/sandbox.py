@@ -9,20 +9,32 @@ JSON tree, so no object with a rigged ``__eq__``, no frame, no secret crosses). 
 compare is decided here. A candidate that exits, crashes, hangs, floods its output or breaks
 the protocol simply fails its calls.
 
+Exceptions cross as data too: the harness re-raises only ordinary built-in exceptions; a
+control-flow one (``StopIteration``, which would silently end a ``map`` in the tests) or any
+other arrives as ``RuntimeError``, as PEP 479 does for generators.
+
 **Isolation** (``bubblewrap``, Debian's ``bwrap``): new pid, network, ipc and uts namespaces,
-its own ``/proc`` (the parent's environment is not there to read), a read-only view of the
-filesystem with a fresh ``/tmp`` and only the run's own directory writable, ``--die-with-parent``
-and pid 1 of the namespace, so no process survives the run (a ``setsid`` child dies with it);
-as root the code runs under a uid drawn for this run alone, so nothing of one run can signal
-or write to another's. Inside: an empty environment, rlimits (CPU, memory, file size,
-processes), and an audit hook that refuses process creation (``subprocess``, ``os.fork``,
-``os.exec*``, ``os.posix_spawn`` and the import of ``_posixsubprocess``), sockets, ``ctypes``
-and changes to the limits. Output is capped in bytes: past the cap the process is killed.
+its own ``/proc`` (the parent's environment is not there to read), and a minimal read-only
+view (``sandbox_view``: the interpreter, its standard library and their shared libraries; not
+the project, the evaluation data or any site-packages) with a fresh ``/tmp`` and only the run's
+own directory writable; ``--die-with-parent`` and pid 1 of the namespace, so no process
+survives the run; as root the code runs under a uid drawn for this run alone. Inside
+(``sandbox_server``): an empty environment, rlimits (CPU, memory, file size, processes), a
+**seccomp filter** by which the kernel refuses new processes (``fork``, ``vfork``, ``execve``,
+``clone`` without ``CLONE_THREAD``), signals to other processes, sockets, ``ptrace`` and
+raising limits, whatever route the code finds to the syscall; then an audit hook that names
+the common routes in a clear error and refuses writes outside the work directory. Output is
+capped in bytes: past the cap the process is killed.
 
 Where ``bwrap`` cannot run, ``run_tests`` refuses (``SandboxUnavailableError``) instead of
 running a weaker sandbox silently, unless ``allow_weak=True`` (or
-``RSE_FAST_ALLOW_WEAK_SANDBOX=1``): then the rlimits, the audit hook, the empty environment and
-the call protocol still hold, and ``SandboxResult.isolation`` says ``weak``.
+``RSE_FAST_ALLOW_WEAK_SANDBOX=1``): then ``SandboxResult.isolation`` says ``weak``, and what
+still holds is the call protocol, the empty environment, the rlimits, the seccomp filter
+(``SandboxResult.process_filter`` says whether the kernel took it) and the audit hook. What the
+weak mode does **not** stop: reading any file the harness's user can read (the project, the
+evaluation data, secrets in files), writes through routes the audit hook does not see, and a
+process left behind if the filter could not be installed; and as root the rlimit on processes
+does not apply. Use it only for code you would run anyway.
 """
 
 from __future__ import annotations
@@ -39,140 +51,30 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rse_fast.errors import SandboxUnavailableError
+from rse_fast.eval.sandbox_codec import decode, encode
+from rse_fast.eval.sandbox_view import declared_view, readonly_view
 
 #: Where the run's directory appears inside the sandbox (on its private /tmp).
 SANDBOX_DIR = "/tmp/work"
 
-#: The sandboxed process: limits, the audit hook, the candidate's code, then a loop serving
-#: calls on two inherited pipes (requests, replies). It knows nothing of the tests.
-_SERVER = r"""
-import json, os, resource, sys
+_HERE = Path(__file__).resolve().parent
 
-def _main(cpu_s, memory, fsize, nproc, entry, req_fd, rep_fd):
-    for limit, value in (
-        (resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_AS, memory),
-        (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NPROC, nproc),
-        (resource.RLIMIT_CORE, 0),
-    ):
-        resource.setrlimit(limit, (value, value))
-    root = os.path.realpath(os.getcwd())
-    writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    refused = ("socket.", "subprocess.", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-               "os.forkpty", "os.system", "os.kill", "os.killpg", "pty.", "ctypes.",
-               "resource.setrlimit", "resource.prlimit", "sys.settrace", "sys.setprofile",
-               "os.setuid", "os.chroot", "_posixsubprocess.")
-    modules = ("_posixsubprocess", "_ctypes", "ctypes", "_socket", "socket", "subprocess",
-               "multiprocessing", "_multiprocessing", "pty")
-    changes = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
-               "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.")
+#: The sandboxed process's whole script: the codec, then the call server (real modules, read
+#: in as text, so they are linted and typed like the rest).
+_SCRIPT = (_HERE / "sandbox_codec.py").read_text(encoding="utf-8") + (
+    _HERE / "sandbox_server.py"
+).read_text(encoding="utf-8").replace("from __future__ import annotations\n", "")
 
-    def inside(path):
-        if isinstance(path, int):
-            return True
-        try:
-            real = os.path.realpath(os.fsdecode(path))
-        except (TypeError, ValueError):
-            return False
-        return real == root or real.startswith(root + os.sep)
-
-    def hook(event, args):
-        if event.startswith(refused):
-            raise PermissionError(f"sandbox: {event} is not allowed")
-        if event == "import" and args and str(args[0]).split(".")[0] in modules:
-            raise PermissionError(f"sandbox: importing {args[0]} is not allowed")
-        if event == "open":
-            path, mode, flags = args
-            wants_write = (mode is not None and any(c in mode for c in "wax+")) or (
-                mode is None and flags & writes)
-            if wants_write and not inside(path):
-                raise PermissionError(f"sandbox: writing outside the work directory: {path}")
-        elif event.startswith(changes) and args and not all(
-                inside(a) for a in args if isinstance(a, (str, bytes, os.PathLike))):
-            raise PermissionError(f"sandbox: {event} outside the work directory")
-
-    requests = os.fdopen(req_fd, "rb", buffering=0)
-    replies = os.fdopen(rep_fd, "wb", buffering=0)
-    sys.addaudithook(hook)
-    namespace = {"__name__": "candidate", "__builtins__": __builtins__}
-    try:
-        with open("candidate.py", encoding="utf-8") as fh:
-            exec(compile(fh.read(), "candidate.py", "exec"), namespace)
-        fn = namespace[entry]
-    except BaseException as exc:
-        replies.write((json.dumps({"load_error": type(exc).__name__ + ": " + str(exc)[:300]})
-                       + "\n").encode())
-        return
-    replies.write(b'{"ready": true}\n')
-    buf = b""
-    while True:
-        chunk = requests.read(65536)
-        if not chunk:
-            return
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            args = decode(json.loads(line))
-            try:
-                out = {"value": encode(fn(*args))}
-            except RecursionError:
-                out = {"raised": "RecursionError", "message": "maximum recursion depth"}
-            except Exception as exc:
-                out = {"raised": type(exc).__name__, "message": str(exc)[:300]}
-            try:
-                data = json.dumps(out)
-            except (TypeError, ValueError) as exc:
-                data = json.dumps({"raised": "TypeError", "message": str(exc)[:300]})
-            replies.write(data.encode() + b"\n")
-"""
-
-#: Plain data as a tagged JSON tree, used on both sides of the pipe (the same source text).
-_CODEC = r"""
-def encode(v, depth=0):
-    if depth > 100:
-        raise ValueError("value nested too deeply")
-    if v is None or isinstance(v, (bool, str)) or type(v) is int:
-        return v
-    if type(v) is float:
-        return {"f": repr(v)}
-    if type(v) is bytes:
-        return {"b": v.hex()}
-    if type(v) in (list, tuple, set, frozenset):
-        tag = {list: "l", tuple: "t", set: "s", frozenset: "z"}[type(v)]
-        return {tag: [encode(x, depth + 1) for x in v]}
-    if type(v) is dict:
-        return {"d": [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in v.items()]}
-    raise TypeError(f"a result of type {type(v).__name__} cannot cross the sandbox")
-
-def decode(t):
-    if t is None or isinstance(t, (bool, int, str)):
-        return t
-    if isinstance(t, list) or not isinstance(t, dict) or len(t) != 1:
-        raise ValueError("not a tagged value")
-    (tag, x), = t.items()
-    if tag == "f":
-        return float(x)
-    if tag == "b":
-        return bytes.fromhex(x)
-    if tag == "l":
-        return [decode(y) for y in x]
-    if tag == "t":
-        return tuple(decode(y) for y in x)
-    if tag == "s":
-        return {decode(y) for y in x}
-    if tag == "z":
-        return frozenset(decode(y) for y in x)
-    if tag == "d":
-        return {decode(k): decode(y) for k, y in x}
-    raise ValueError(f"unknown tag {tag!r}")
-"""
-_codec: dict[str, Any] = {}
-exec(_CODEC, _codec)  # the harness side of the same codec
-encode, decode = _codec["encode"], _codec["decode"]
+#: Exceptions the tests may see as what the candidate raised; any other (a control-flow one
+#: such as StopIteration, which would silently end a ``map`` or a loop in the tests) arrives
+#: as RuntimeError, as PEP 479 does for generators.
+_CONTROL_FLOW = (StopIteration, StopAsyncIteration)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,6 +95,8 @@ class SandboxResult:
     output_tail: str
     isolation: str  # "bwrap" | "weak"
     calls: int = 0
+    #: "seccomp" when the kernel refused process creation to the candidate, else why not
+    process_filter: str = ""
 
 
 class CandidateGone(Exception):
@@ -225,23 +129,20 @@ def interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
-def _bwrap(work: Path, uid: int) -> list[str]:
-    """The read-only view of the machine, with the caller's home hidden behind an empty
-    tmpfs (the interpreter's own tree bound back when it lives there)."""
+def _bwrap(work: Path, uid: int, readable: Sequence[Path] = ()) -> list[str]:
+    """The namespaces and the minimal read-only view (``sandbox_view``), the run's directory
+    the only writable place, and (as root) a uid of no user for this run alone."""
+    drop_uid = os.geteuid() == 0 and shutil.which("setpriv") is not None
+    setpriv = shutil.which("setpriv") if drop_uid else None
     cmd = [
         "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
-        "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--ro-bind", "/", "/",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        *readonly_view(interpreter(), setpriv),
+        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *declared_view(readable),
+        "--bind", str(work), SANDBOX_DIR, "--chdir", SANDBOX_DIR, "--clearenv",
     ]  # fmt: skip
-    home = Path.home().resolve()
-    if str(home) != "/" and home.is_dir():
-        cmd += ["--tmpfs", str(home)]
-        prefix = Path(sys.base_prefix).resolve()
-        if home in prefix.parents:
-            cmd += ["--ro-bind", str(prefix), str(prefix)]
-    cmd += ["--bind", str(work), SANDBOX_DIR, "--chdir", SANDBOX_DIR, "--clearenv"]
-    if os.geteuid() == 0 and shutil.which("setpriv"):
-        cmd += ["--", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+    if setpriv is not None:
+        cmd += ["--", setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--no-new-privs"]  # fmt: skip
     else:
         cmd += ["--"]
@@ -255,9 +156,12 @@ def allow_weak_from_env() -> bool:
 class _Candidate:
     """The harness side: the sandboxed process, its pipes, and a callable stand-in."""
 
-    def __init__(self, work: Path, entry: str, limits: Limits, strong: bool) -> None:
+    def __init__(
+        self, work: Path, entry: str, limits: Limits, strong: bool, readable: Sequence[Path]
+    ) -> None:
         self.limits = limits
         self.calls = 0
+        self.process_filter = ""
         self.output = bytearray()
         self.over_output = False
         self._lock = threading.Lock()
@@ -273,7 +177,8 @@ class _Candidate:
                 str(limits.processes), entry, str(req_r), str(rep_w)]  # fmt: skip
         python = interpreter()
         if strong:
-            cmd = [*_bwrap(work, uid), python, "-I", "-S", f"{SANDBOX_DIR}/server.py", *args]
+            script = f"{SANDBOX_DIR}/server.py"
+            cmd = [*_bwrap(work, uid, readable), python, "-I", "-S", script, *args]
         else:
             cmd = [python, "-I", "-S", str(work / "server.py"), *args]
         self.proc = subprocess.Popen(
@@ -337,6 +242,7 @@ class _Candidate:
         except CandidateGone as exc:
             return str(exc)
         if first.get("ready") is True:
+            self.process_filter = str(first.get("filter", ""))
             return None
         return str(first.get("load_error") or "the candidate did not start")
 
@@ -353,10 +259,15 @@ class _Candidate:
             except (ValueError, TypeError, RecursionError):
                 raise CandidateGone("a reply that is not plain data") from None
         name = str(data.get("raised", "Exception"))
+        message = str(data.get("message", ""))
         kind = getattr(builtins, name, None)
-        if not (isinstance(kind, type) and issubclass(kind, Exception)):
-            kind = RuntimeError
-        raise kind(str(data.get("message", "")))
+        if (
+            isinstance(kind, type)
+            and issubclass(kind, Exception)
+            and not issubclass(kind, _CONTROL_FLOW)
+        ):
+            raise kind(message)
+        raise RuntimeError(f"the candidate raised {name}: {message}")
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -381,10 +292,13 @@ def run_tests(
     helpers: str = "",
     limits: Limits = Limits(),
     allow_weak: bool | None = None,
+    readable: Sequence[Path] = (),
 ) -> SandboxResult:
     """Run ``tests`` (which define ``check(candidate)``) here against ``entry_point`` of
     ``code`` served from the sandbox. ``helpers``: trusted code the tests need (e.g. the
-    problem's own helper functions), run here, never in the sandbox."""
+    problem's own helper functions), run here, never in the sandbox. ``readable``: files or
+    folders the task declares the candidate may read (nothing else of the machine is shown
+    beyond the interpreter and its standard library)."""
     weak_ok = allow_weak_from_env() if allow_weak is None else allow_weak
     strong = bwrap_works(interpreter())
     if not strong and not weak_ok:
@@ -397,10 +311,9 @@ def run_tests(
     with tempfile.TemporaryDirectory(prefix="rse-fast-sandbox-") as tmp:
         work = Path(tmp)
         (work / "candidate.py").write_text(code, encoding="utf-8")
-        start = "\n_main(*map(int, sys.argv[1:5]), sys.argv[5], *map(int, sys.argv[6:8]))\n"
-        (work / "server.py").write_text(_CODEC + _SERVER + start)
+        (work / "server.py").write_text(_SCRIPT, encoding="utf-8")
         os.chmod(work, 0o755)
-        cand = _Candidate(work, entry_point, limits, strong)
+        cand = _Candidate(work, entry_point, limits, strong, readable)
         timer = threading.Timer(limits.timeout_s, cand.kill)
         timer.start()
         reason, detail = "passed", ""
@@ -433,4 +346,5 @@ def run_tests(
         output_tail=bytes(cand.output[-2000:]).decode("utf-8", "replace"),
         isolation=isolation,
         calls=cand.calls,
+        process_filter=cand.process_filter,
     )
