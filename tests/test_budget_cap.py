@@ -178,3 +178,89 @@ async def test_service_default_budget_refusal_and_usage_equal_to_the_ledger():
                 data = await r.json()
             assert r.status == 200 and data["usage"]["total_tokens"] <= 3000, data["usage"]
     assert json.dumps(data)  # a whole JSON reply
+
+
+async def test_a_judge_on_another_client_draws_on_the_runs_cap(encoder):
+    """Best-of-N in cap mode with an external judge: the judge's calls are booked in the
+    run's ledger *and* reserved on its cap (the judge used to copy a client without it, and
+    a run of budget 2,000 spent 2,750)."""
+    from rse_fast.methods import LLMJudge
+
+    problem = Problem("p", PROBLEM, GOLD)
+    async with ScriptedServer(default_reply=varied) as srv, LLMClient(srv.base_url, "m") as c:
+        async with ScriptedServer(default_reply='{"score": 7}') as jsrv:
+            async with LLMClient(jsrv.base_url, "judge") as judge_client:
+                judge = LLMJudge(client=judge_client, max_tokens=400, use_schema=False)
+                bon = make_method(
+                    "bon", parallel=4, max_tokens=MAX_TOKENS, budget_mode="cap", judge=judge
+                )
+                for budget in (600, 2000, 5000):
+                    res = await bon.run(problem, budget, c)
+                    judged = sum(r.total_tokens for r in res.ledger.records if r.role == "judge")
+                    assert judged > 0 and len(jsrv.requests) > 0
+                    assert res.tokens == res.ledger.total_tokens <= budget, (budget, res.tokens)
+
+
+async def test_a_reward_model_reserves_what_it_books():
+    """The reward model's estimated tokens are reserved on the cap before each call (and
+    refused, scoring None, once they do not fit), so scoring never carries a run past its
+    budget; it used to book them without asking."""
+    import aiohttp.web
+    from conftest import serving
+
+    from rse_fast.methods import HTTPRewardModel
+
+    async def score(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response({"score": 0.5})
+
+    app = aiohttp.web.Application()
+    app.router.add_post("/score", score)
+    response = " ".join([FILLER] * 30)
+    async with serving(app) as base, LLMClient("http://127.0.0.1:9/v1", "m") as client:
+        reward = HTTPRewardModel(base + "/score", timeout_s=5)
+        try:
+            capped = client.with_cap(TokenCap(1000))
+            scores = [await reward.score(capped, PROBLEM, response) for _ in range(12)]
+        finally:
+            await reward.close()
+    assert scores[0] == 0.5 and scores[-1] is None  # scored while it fit, refused after
+    assert 0 < capped.ledger.total_tokens <= 1000 and capped.cap.settled <= 1000
+
+
+@pytest.mark.parametrize("name", ("sc", "bon", "fusion"))
+async def test_a_server_that_ignores_n_keeps_every_family_within_its_cap(name, encoder):
+    problem = Problem("p", PROBLEM + " " + " ".join([FILLER] * 40), GOLD)
+    server = ScriptedServer(default_reply=varied, ignore_n=True)
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        m = method(name, "cap", encoder)
+        minimum = m.minimum_budget(c, problem)
+        for budget in (minimum, 2 * minimum, 3 * minimum + 7, 1500, 4000):
+            res = await m.run(problem, budget, c)
+            assert res.tokens == res.ledger.total_tokens <= budget, (name, budget, res.tokens)
+
+
+async def test_a_server_that_ignores_n_is_paid_one_prompt_per_request():
+    """A server that ignores ``n`` is asked once per choice: each of those requests pays its
+    prompt, and the cap reserves them, sending fewer requests where they do not all fit (it
+    used to hold one prompt while n were booked)."""
+    long = [{"role": "user", "content": " ".join(["word"] * 150)}]
+    server = ScriptedServer(default_reply=" ".join(["more"] * 400), ignore_n=True)
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        for budget in (900, 2500, 6000):
+            capped = c.with_cap(TokenCap(budget))
+            result = await capped.chat(long, n=4, max_tokens=300)
+            assert 1 <= len(result.choices) <= 4
+            assert capped.ledger.total_tokens <= budget, (budget, capped.ledger.total_tokens)
+        assert len(result.choices) == 4  # the largest budget holds all four requests
+
+
+def test_the_meter_reserves_the_prompts_of_added_requests_and_drops_what_does_not_fit():
+    cap = TokenCap(400, margin=PromptMargin(ratio=1.0, slack=0))
+    grant = cap.reserve(50, 40, n=4)  # 50 + 4 x 40 = 210
+    assert grant.total == 210 and cap.room == 190
+    sent = cap.add_requests(grant, 3)  # each needs 50 more: 150 of the 190 left
+    assert sent == 3 and grant.total == 360 and cap.room == 40
+    tight = TokenCap(300, margin=PromptMargin(ratio=1.0, slack=0))
+    grant = tight.reserve(50, 40, n=4)  # 210 reserved, 90 left
+    sent = tight.add_requests(grant, 3)  # room for 1 more prompt + dropping 2 choices frees 80
+    assert sent == 2 and grant.n == 3 and grant.total <= 300 and tight.room >= 0

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -35,6 +35,13 @@ from rse_fast.llm.types import ChatResult, Choice, Message, StreamEvent, Usage
 _SOURCE_RANK = {"reported": 0, "estimated": 1, "corrected": 2}
 #: Request fields a server names when it cannot do structured output.
 SCHEMA_FIELDS = ("response_format", "json_schema", "guided_json", "grammar")
+
+
+class _Keep:
+    """The default of a view option: keep the client's own."""
+
+
+KEEP = _Keep()
 
 
 def _as_endpoints(
@@ -133,12 +140,27 @@ class LLMClient:
         return self.transport.retry
 
     # -- lifecycle -------------------------------------------------------------------------
-    def with_ledger(self, ledger: Ledger) -> LLMClient:
-        """A view of this client (same endpoints, routing state and connections) that records
-        into another ledger: how each method run gets its own token count."""
+    def with_options(
+        self, *, ledger: Ledger | None = None, cap: TokenCap | _Keep | None = KEEP
+    ) -> LLMClient:
+        """A view of this client (same endpoints, routing state, connections and prompt
+        margin) that records into ``ledger`` and draws on ``cap`` (``None``: uncapped); an
+        option not given is kept. The one way views are made."""
         view = copy.copy(self)
-        view.ledger = ledger
+        if ledger is not None:
+            view.ledger = ledger
+        if not isinstance(cap, _Keep):
+            view.cap = cap
         return view
+
+    def with_ledger(self, ledger: Ledger) -> LLMClient:
+        """A view that records into another ledger: how each method run gets its own count."""
+        return self.with_options(ledger=ledger)
+
+    def metered_like(self, run: LLMClient) -> LLMClient:
+        """A view of this client that books into ``run``'s ledger and draws on ``run``'s cap:
+        how a helper on another client (an external judge) stays inside a run's budget."""
+        return self.with_options(ledger=run.ledger, cap=run.cap)
 
     async def close(self) -> None:
         """Close the connections (shared with every ``with_ledger`` view)."""
@@ -223,11 +245,11 @@ class LLMClient:
             extra=extra,
         )
         t0 = time.perf_counter()
-        if self.cap is not None and self.prompt_counter.pending(self.cap.margin):
-            await self._calibrate(body, self.cap.margin)
+        if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
+            await self._calibrate(body, self.prompt_margin)
         grant, estimate = self._reserve(body, n)
         try:
-            result = await self._chat_n(body, n)
+            result = await self._chat_n(body, n, grant)
         except LLMError as exc:
             self._release(grant)
             self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
@@ -235,19 +257,17 @@ class LLMClient:
         except BaseException:
             self._release(grant)
             raise
-        self._settle(grant, result.usage, estimate)
+        self._settle(grant, result.usage, estimate, result.requests)
         self.ledger.record_usage(role, result.usage, result.latency_s, result.endpoint, n, task)
         return result
 
     def with_cap(self, cap: TokenCap | None) -> LLMClient:
         """A view whose calls all draw on ``cap`` (a ``cap``-mode budget): each reserves its
-        worst case first, its completion cap cut to the room left, or is refused. The cap
-        reserves prompts with this client's margin, which earlier runs have widened."""
-        view = copy.copy(self)
+        worst case first, its completion cap cut to the room left, or is refused. Prompts
+        are reserved with this client's margin, which earlier runs have widened."""
         if cap is not None:
-            cap.margin = self.prompt_margin
-        view.cap = cap
-        return view
+            cap.margin = self.prompt_margin  # the cap's own default, for callers without one
+        return self.with_options(cap=cap)
 
     def _reserve(self, body: dict[str, Any], n: int) -> tuple[Grant | None, int]:
         """Reserve a call's worst case on the cap (its ``max_tokens`` cut to fit)."""
@@ -255,7 +275,7 @@ class LLMClient:
             return None, 0
         estimate = self._prompt_estimate(body)
         wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4096)
-        grant = self.cap.reserve(estimate, wanted, n)
+        grant = self.cap.reserve(estimate, wanted, n, margin=self.prompt_margin)
         body["max_tokens"] = grant.completion
         body.pop("max_completion_tokens", None)
         return grant, estimate
@@ -279,9 +299,30 @@ class LLMClient:
         the first wave's reservations already hold what its chat template adds."""
         await self.prompt_counter.seed(self.transport, margin, body, self._prompt_estimate(body))
 
-    def _settle(self, grant: Grant | None, usage: Usage, estimate: int) -> None:
+    def _settle(self, grant: Grant | None, usage: Usage, estimate: int, requests: int) -> None:
         if grant is not None and self.cap is not None:
-            self.cap.settle(grant, usage.prompt_tokens, usage.total_tokens, estimate)
+            per_request = usage.prompt_tokens // max(1, requests)
+            self.cap.settle(grant, per_request, usage.total_tokens, estimate, self.prompt_margin)
+
+    @contextlib.contextmanager
+    def metered_outside(
+        self, role: str, usage: Usage, endpoint: str, task: str | None = None
+    ) -> Iterator[None]:
+        """A call that is not a chat completion (a reward model's HTTP API), metered like
+        one: its ``usage`` (an estimate) reserved on the run's cap before it is sent
+        (:class:`BudgetExhaustedError` when it does not fit), and booked when it ends,
+        answered or not."""
+        grant = None
+        if self.cap is not None:
+            exact = PromptMargin(ratio=1.0, slack=0)
+            grant = self.cap.reserve(usage.prompt_tokens, usage.completion_tokens, margin=exact)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if grant is not None and self.cap is not None:
+                self.cap.release(grant, usage.total_tokens)
+            self.ledger.record_usage(role, usage, time.perf_counter() - t0, endpoint, task=task)
 
     def _release(self, grant: Grant | None, spent: int = 0) -> None:
         if grant is not None and self.cap is not None:
@@ -345,8 +386,8 @@ class LLMClient:
         body["stream"] = True
         if include_usage:
             body["stream_options"] = {"include_usage": True}
-        if self.cap is not None and self.prompt_counter.pending(self.cap.margin):
-            await self._calibrate(body, self.cap.margin)
+        if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
+            await self._calibrate(body, self.prompt_margin)
         grant, estimate = self._reserve(body, 1)
         t0 = time.perf_counter()
         content: list[str] = []
@@ -382,7 +423,7 @@ class LLMClient:
                 "estimated",
             )
         latency = time.perf_counter() - t0
-        self._settle(grant, usage, estimate)
+        self._settle(grant, usage, estimate, 1)
         self.ledger.record_usage(role, usage, latency, endpoint, 1, task)
         self._trace_reply(body, endpoint, latency, [text], [thought or None], usage)
         yield StreamEvent(done=True, usage=usage)
@@ -402,32 +443,49 @@ class LLMClient:
         return [str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
 
     # -- n > 1 -----------------------------------------------------------------------------
-    async def _chat_n(self, body: dict[str, Any], n: int) -> ChatResult:
+    async def _chat_n(self, body: dict[str, Any], n: int, grant: Grant | None) -> ChatResult:
         if n == 1:
             return await self._request(body)
         state = self.pool.pick()
         if state.supports_n is False:
-            return await self._fan_out(body, n, 0)
+            return await self._fan_out(body, n, 0, grant, reserved=1)
         try:
             first = await self._request({**body, "n": n}, state)
         except LLMBadRequestError as exc:
             if not exc.concerns("n"):
                 raise  # the request itself is at fault (context too long, bad field, ...)
             state.supports_n = False  # rejected n > 1 by name: fall back to single requests
-            return await self._fan_out(body, n, 0)
+            return await self._fan_out(body, n, 0, grant, reserved=1)
         if len(first.choices) >= n:
             state.supports_n = True
             return first
         state.supports_n = False  # ignored n: fetch the missing choices one by one
-        rest = await self._fan_out(body, n - len(first.choices), len(first.choices))
-        return self._merge([first, rest])
+        rest = await self._fan_out(body, n - len(first.choices), len(first.choices), grant)
+        return self._merge([first, rest]) if rest.choices else first
 
-    async def _fan_out(self, body: dict[str, Any], count: int, offset: int) -> ChatResult:
+    async def _fan_out(
+        self,
+        body: dict[str, Any],
+        count: int,
+        offset: int,
+        grant: Grant | None,
+        reserved: int = 0,
+    ) -> ChatResult:
+        """``count`` single requests, ``reserved`` of which the grant holds prompts for; on a
+        cap, the others' prompts are reserved first, and the requests that do not fit are
+        not sent (the call returns fewer choices)."""
+        if grant is not None and self.cap is not None and count > reserved:
+            count = reserved + self.cap.add_requests(grant, count - reserved)
         base = body.get("seed")
         seeds = [
             (base + offset + i) if isinstance(base, int) else random.randrange(2**31)
             for i in range(count)
         ]
+        if not seeds:
+            return ChatResult(
+                choices=(), usage=Usage(0, 0), latency_s=0.0, endpoint="", model=body["model"],
+                requests=0,
+            )  # fmt: skip
         parts = await _gather_or_cancel([self._request({**body, "seed": s}) for s in seeds])
         return self._merge(parts)
 

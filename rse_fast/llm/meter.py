@@ -25,13 +25,16 @@ MIN_COMPLETION = 16
 
 @dataclass
 class Grant:
-    prompt: int  # reserved for the prompt
+    prompt: int  # reserved for one prompt
     completion: int  # the completion cap the call may use (per choice)
     n: int
+    #: prompts paid: one for a call that gets its n choices at once, one per request for a
+    #: server that ignores ``n`` and is asked once per choice
+    prompts: int = 1
 
     @property
     def total(self) -> int:
-        return self.prompt + self.n * self.completion
+        return self.prompts * self.prompt + self.n * self.completion
 
 
 #: The most the margin's additive part learns: what a chat template adds (special tokens, a
@@ -82,24 +85,58 @@ class TokenCap:
     def room(self) -> int:
         return self.budget - self.settled - self.reserved
 
-    def reserve(self, prompt_estimate: int, max_completion: int, n: int = 1) -> Grant:
-        prompt = self.margin.reserve(prompt_estimate)
-        per_choice = min(max_completion, (self.room - prompt) // max(1, n))
+    def reserve(
+        self,
+        prompt_estimate: int,
+        max_completion: int,
+        n: int = 1,
+        *,
+        prompts: int = 1,
+        margin: PromptMargin | None = None,
+    ) -> Grant:
+        """Reserve a call's worst case: ``prompts`` prompts (one per request it makes) and
+        ``n`` completions, each cut to the room left; refused when not even a minimal one
+        fits. ``margin``: how the calling client reserves prompts (default: the cap's)."""
+        prompt = (margin or self.margin).reserve(prompt_estimate)
+        per_choice = min(max_completion, (self.room - prompts * prompt) // max(1, n))
         if per_choice < min(MIN_COMPLETION, max_completion):
             self.refused += 1
             raise BudgetExhaustedError(
                 f"the budget's {max(0, self.room)} tokens left cannot hold a call of "
-                f"~{prompt} prompt tokens and a completion"
+                f"~{prompts * prompt} prompt tokens and a completion"
             )
-        grant = Grant(prompt, per_choice, n)
+        grant = Grant(prompt, per_choice, n, prompts)
         self.reserved += grant.total
         return grant
 
-    def settle(self, grant: Grant, prompt_tokens: int, total_tokens: int, estimate: int) -> None:
-        """Book a finished call at the server's counts (and learn how it counts prompts)."""
+    def add_requests(self, grant: Grant, requests: int) -> int:
+        """A call that must send ``requests`` more requests than it reserved for (a server
+        that ignored ``n``): reserve their prompts. Where the room does not hold them all,
+        the choices that do not fit are dropped (their completions freed); returns how many
+        of the requests may be sent."""
+        room = self.room + requests * grant.completion  # dropping a request frees its choice
+        fits = max(0, min(requests, room // max(1, grant.prompt + grant.completion)))
+        before = grant.total
+        grant.prompts += fits
+        grant.n -= requests - fits
+        self.reserved += grant.total - before
+        if fits < requests:
+            self.refused += 1
+        return fits
+
+    def settle(
+        self,
+        grant: Grant,
+        prompt_tokens: int,
+        total_tokens: int,
+        estimate: int,
+        margin: PromptMargin | None = None,
+    ) -> None:
+        """Book a finished call at the server's counts (and learn how it counts prompts;
+        ``prompt_tokens`` is per request)."""
         self.reserved -= grant.total
         self.settled += total_tokens
-        self.margin.learn(estimate, prompt_tokens)
+        (margin or self.margin).learn(estimate, prompt_tokens)
 
     def release(self, grant: Grant, spent: int = 0) -> None:
         """A call that failed: its reservation freed, whatever it did spend booked."""

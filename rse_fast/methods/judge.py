@@ -11,7 +11,6 @@ import asyncio
 import json
 import math
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -92,14 +91,15 @@ class VerifierBase:
 
 @dataclass
 class LLMJudge(VerifierBase):
-    """Pointwise judge. ``client`` None means: the method's own client (same model)."""
+    """Pointwise judge. ``client`` None means: the method's own client (same model); another
+    client is used through a view that books into the run's ledger and draws on its cap."""
 
     client: LLMClient | None = None
     max_tokens: int = 64
     use_schema: bool = True
 
     async def judge(self, client: LLMClient, request: ScoreRequest) -> float | None:
-        judge = self.client.with_ledger(client.ledger) if self.client else client
+        judge = self.client.metered_like(client) if self.client else client
         messages = judge_messages(
             request.problem, request.response, request.partial, request.open_ended
         )
@@ -127,7 +127,8 @@ class HTTPRewardModel(VerifierBase):
 
     It goes through the project's one transport (pooled connections, timeouts, retries with
     backoff on connection errors and 429/5xx); a call that still fails, or a reply without a
-    number, scores None. Its tokens are estimated from text length and booked under the
+    number, scores None. Its tokens are estimated from text length, reserved on the run's cap
+    before the call (a refusal scores None, as a refused judge call does) and booked under the
     ``judge`` role with the call's latency."""
 
     url: str
@@ -147,17 +148,16 @@ class HTTPRewardModel(VerifierBase):
     async def judge(self, client: LLMClient, request: ScoreRequest) -> float | None:
         tokens = client.count_tokens(request.problem) + client.count_tokens(request.response)
         body = {"prompt": request.problem, "response": request.response}
-        t0 = time.perf_counter()
+        usage = Usage(tokens, 1, "estimated")
+        value: float | None = None
         try:
-            data = await self.transport.post("", body, read_json)
-            value: float | None = float(data["score"])
+            with client.metered_outside("judge", usage, self.url, request.task):
+                data = await self.transport.post("", body, read_json)
+                value = float(data["score"])
         except (LLMError, ValueError, KeyError, TypeError):
             value = None
         if value is not None and not math.isfinite(value):
             value = None
-        latency = time.perf_counter() - t0
-        usage = Usage(tokens, 1, "estimated")
-        client.ledger.record_usage("judge", usage, latency, self.url, task=request.task)
         return value
 
     async def close(self) -> None:

@@ -513,7 +513,7 @@ class RSE:
         """The client distillations go to, booked in the run's ledger."""
         if self.distill_client is None:
             return self.client
-        return self.distill_client.with_ledger(self.client.ledger)
+        return self.distill_client.metered_like(self.client)
 
     def _distill_request(
         self, r: int, read_tokens: int
