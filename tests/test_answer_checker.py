@@ -11,7 +11,7 @@ import pytest
 from rse_fast.answers import CheckerPool, Verdict, check_equivalence, checker_stats
 from rse_fast.answers.checker import refuse, tower_depth
 
-from fakes.slow_checks import SLOW, serve_slowly
+from fakes.slow_checks import SLOW, serve_slowly, serve_without_math_verify
 
 
 @pytest.mark.parametrize(
@@ -57,6 +57,18 @@ def test_a_runaway_check_is_killed_at_its_timeout_and_the_pool_recovers():
         # a fresh worker took the killed one's place: later checks answer again
         assert pool.check("b", "b") is Verdict.EQUAL
         assert pool.check("b", "c") is Verdict.DIFFERENT
+    finally:
+        pool.close()
+
+
+def test_a_check_that_cannot_run_is_undecided_not_different():
+    """Without math-verify no symbolic check can run: two forms of one value are UNDECIDED
+    (they used to come back DIFFERENT), counted, and not cached as an answer."""
+    pool = CheckerPool(size=1, timeout_s=5, target=serve_without_math_verify)
+    try:
+        assert pool.check("\\frac{1}{2}", "0.5") is Verdict.UNDECIDED
+        assert pool.check("\\frac{1}{2}", "0.5") is Verdict.UNDECIDED  # not cached
+        assert pool.stats.undecided == 2 and pool.stats.killed == 0
     finally:
         pool.close()
 

@@ -9,13 +9,18 @@ import contextlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import aiohttp
+import aiohttp.web
 import pytest
-from conftest import running_service
+from conftest import running_service, serving
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rse_fast.errors import InsecureServiceError, LLMConnectionError, LLMResponseError
 from rse_fast.llm import LLMClient, RetryPolicy
+from rse_fast.llm.sse import EventTail
 from rse_fast.serve import ServeConfig
 from rse_fast.serve.workers import check_exposure
 from rse_fast.testing import Fault, ScriptedServer
@@ -72,6 +77,63 @@ async def test_passthrough_stream_broken_midway_ends_with_an_error_event_within_
     assert len(errors) == 1 and errors[0]["type"] == "upstream_error", lines[-2:]
     assert lines[-1] != b"data: [DONE]" or errors  # the end is the error, not a clean finish
     assert took < 1.0, took
+
+
+@dataclass
+class RawUpstream:
+    base_url: str
+
+
+def sse(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("ends", ["cut", "done"])
+async def test_a_model_that_writes_done_in_its_text_does_not_hide_a_cut(ends):
+    """The end of a stream is read from the SSE framing: ``data: [DONE]`` inside a chunk's
+    JSON string is text, so a stream cut after it still ends with an error event (the old
+    pass-through found the substring in its last 4 KiB and called the stream finished)."""
+
+    async def chat(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        resp = aiohttp.web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        delta = {"role": "assistant", "content": "the stream ends with\ndata: [DONE]\n\n"}
+        await resp.write(sse({"choices": [{"index": 0, "delta": delta}]}))
+        if ends == "done":
+            usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+            await resp.write(sse({"choices": [], "usage": usage}) + b"data: [DONE]\n\n")
+        await resp.write_eof()  # a clean close: before [DONE] when cut
+        return resp
+
+    app = aiohttp.web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    async with serving(app) as base, service(RawUpstream(base + "/v1")) as (_svc, url):
+        body = {"model": "m", "messages": MSG, "stream": True}
+        status, lines, _ = await read_stream(url, body)
+    errors = error_events(lines)
+    assert status == 200
+    if ends == "cut":
+        assert len(errors) == 1 and errors[0]["type"] == "upstream_error", lines
+    else:
+        assert not errors and lines[-1] == b"data: [DONE]"
+
+
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=30))
+def test_the_event_tail_reads_the_same_however_the_bytes_are_chunked(cuts):
+    stream = (
+        b": comment\n\n"
+        + sse({"choices": [{"delta": {"content": "data: [DONE]"}}]})
+        + b'data: {"choices": [], "usage": {"total_tokens": 9}}\r\n\r\n'
+        + b"data: [DONE]\n\n"
+    )
+    for whole in (stream, stream[: -len(b"data: [DONE]\n\n")]):
+        tail, at = EventTail(), 0
+        for cut in [*cuts, len(whole)]:
+            tail.feed(whole[at : at + cut])
+            at += cut
+        tail.feed(whole[at:])
+        assert tail.done == (whole == stream)
+        assert tail.last_usage is not None and b"9" in tail.last_usage
 
 
 async def test_passthrough_stream_that_stalls_ends_within_the_read_timeout():

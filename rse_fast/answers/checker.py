@@ -82,11 +82,13 @@ def refuse(text: str) -> str | None:
 
 
 def serve_checks(conn: Connection) -> None:
-    """A worker process: answer ``(a, b)`` requests with True/False until the pipe closes."""
+    """A worker process: answer ``(a, b)`` requests with True/False until the pipe closes,
+    or None for a check that cannot run (math-verify not installed, or it raised): that is
+    undecided, never a claim that the answers differ."""
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     try:
         from math_verify import parse, verify
-    except ImportError:  # the extra is not installed: nothing is symbolically equal
+    except ImportError:  # the extra is not installed: no check can run
         parse = verify = None
     conn.send("ready")
     while True:
@@ -94,14 +96,14 @@ def serve_checks(conn: Connection) -> None:
             a, b = conn.recv()
         except (EOFError, OSError):
             return
-        equal = False
+        equal: bool | None = None
         if parse is not None and verify is not None:
             try:
                 ga = parse(f"${a}$", parsing_timeout=None)
                 gb = parse(f"${b}$", parsing_timeout=None)
                 equal = bool(ga and gb and verify(ga, gb, timeout_seconds=None))
             except Exception:
-                equal = False
+                equal = None
         conn.send(equal)
 
 
@@ -203,9 +205,14 @@ class CheckerPool:
                 raise OSError("checker worker did not start")
             worker.conn.send((a, b))
             if worker.conn.poll(self.timeout_s if timeout_s is None else timeout_s):
-                equal = bool(worker.conn.recv())
+                reply = worker.conn.recv()
                 self._give(worker)
                 worker = None
+                if reply is None:  # the check could not run
+                    with self._cond:
+                        self.stats.undecided += 1
+                    return Verdict.UNDECIDED
+                equal = bool(reply)
                 with self._cond:
                     if len(self._cache) > 4096:
                         self._cache.clear()

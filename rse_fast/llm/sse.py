@@ -57,3 +57,42 @@ async def sse_payloads(lines: AsyncIterable[bytes], url: str) -> AsyncIterator[d
     if not events:
         raise LLMResponseError("the stream ended with no event", endpoint=url)
     raise LLMConnectionError("the stream ended before [DONE]", endpoint=url)
+
+
+class EventTail:
+    """Follows the SSE framing of raw chunks as a proxy forwards them, keeping only what
+    decides how the stream ended: whether its last event is ``[DONE]``, and the last payload
+    that carries usage. A model that writes ``data: [DONE]`` in its text does not end the
+    stream: that text sits inside a JSON string of a ``data:`` line, never at a line's start."""
+
+    def __init__(self) -> None:
+        self._partial = b""  # the line not yet ended by a newline
+        self._data: list[bytes] = []  # the data lines of the event not yet ended
+        self.last_event: bytes | None = None
+        self.last_usage: bytes | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if line.startswith(b"data:"):
+                self._data.append(line[5:].lstrip(b" "))
+            elif not line and self._data:
+                self._end_event()
+
+    def _end_event(self) -> None:
+        payload, self._data = b"\n".join(self._data), []
+        self.last_event = payload
+        if b'"usage"' in payload:
+            self.last_usage = payload
+
+    @property
+    def done(self) -> bool:
+        """Whether the stream so far ends with a whole ``[DONE]`` event (its blank line may
+        be missing: some servers close right after the data line)."""
+        if self._partial.strip():
+            return False
+        if self._data:
+            return self._data == [DONE]
+        return self.last_event == DONE

@@ -19,6 +19,7 @@ from aiohttp import web
 from rse_fast.errors import LLMError, LLMResponseError, ServiceError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.routing import EndpointState
+from rse_fast.llm.sse import EventTail
 from rse_fast.llm.transport import stream_lines
 from rse_fast.serve.errors import error_event, timed_out, upstream_error
 from rse_fast.serve.metrics import Metrics
@@ -26,7 +27,6 @@ from rse_fast.util.deadline import timeout_at
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _TOTAL_TOKENS = re.compile(rb'"total_tokens"\s*:\s*(\d+)')
-_DONE = b"data: [DONE]"
 
 
 def usage_tokens(data: bytes) -> int | None:
@@ -79,20 +79,21 @@ class PassThrough:
             resp = web.StreamResponse(headers=SSE_HEADERS)
             await resp.prepare(request)
             await resp.write(head)
-            tail = head[-4096:]  # where the usage chunk and [DONE] are
+            tail = EventTail()  # the SSE framing: how the stream ended, and its usage
+            tail.feed(head)
             try:
                 async with timeout_at(deadline):
                     async for chunk in stream_lines(upstream, url, whole_chunks=True):
                         await resp.write(chunk)
-                        tail = (tail + chunk)[-4096:]
-                if _DONE not in tail:
+                        tail.feed(chunk)
+                if not tail.done:
                     raise LLMResponseError("upstream closed the stream before [DONE]")
             except LLMError as exc:
                 await self._end_with(resp, upstream_error(exc))
             except TimeoutError:
                 await self._end_with(resp, timed_out())
-            usage_lines = [x for x in tail.split(b"\n") if b'"usage"' in x]
-            self.metrics.add_passthrough(usage_tokens(usage_lines[-1]) if usage_lines else None)
+            usage = tail.last_usage
+            self.metrics.add_passthrough(usage_tokens(usage) if usage is not None else None)
             with contextlib.suppress(ConnectionError):
                 await resp.write_eof()
             return resp
