@@ -99,12 +99,19 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("serve", "latency_floor_p99_added_ms", "–", "the floor, from the raw latencies"),
     (
         "serve",
+        "p99_added_minus_floor_ms_median",
+        "–",
+        "ours − the floor, p99 added ms: bootstrap median (rounds, then requests)",
+    ),
+    ("serve", "p99_added_minus_floor_ms_ci90", "–", "its 5th and 95th percentiles"),
+    (
+        "serve",
         "p99_added_vs_floor",
         "≤ 1.5",
-        "ours ÷ the floor, p99 added latency: bootstrap median (rounds, then requests)",
+        "ours ÷ the floor, p99 added: bootstrap median over every draw",
     ),
-    ("serve", "p99_added_vs_floor_ci90", "–", "its 5th and 95th percentiles"),
-    ("serve", "p99_added_minus_floor_ms", "–", "ours − the floor, p99 added latency"),
+    ("serve", "p99_added_vs_floor_ci90", "–", "its 5th and 95th percentiles (+∞ kept)"),
+    ("serve", "p99_added_vs_floor_infinite_share", "–", "draws where only ours added time"),
     ("serve", "direct_p99_spread_ms", "–", "the direct path's own p99 overhead spread, phases"),
     ("serve", "proxy_cores", "–", "cores of the proxy under test (load and upstream: the rest)"),
     ("serve", "ttft_added_p50_ms", "≤ 2", "streamed: time to first token added, p50"),
@@ -139,6 +146,8 @@ ROWS: list[tuple[str, str, str, str]] = [
 def fmt(v: Any, spec: str = "") -> str:
     if isinstance(v, list):  # an interval: each end in the same format
         return "[" + ", ".join(fmt(x, spec) for x in v) + "]"
+    if v == "inf":  # JSON has no infinity: a result file writes it as a string
+        return "+∞"
     if spec:
         return format(v, spec)
     if isinstance(v, bool):
