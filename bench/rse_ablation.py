@@ -19,8 +19,10 @@ What is measured per cell (paired bootstrap intervals, resampling problems):
 - the per-role token split and the share spent on experience (distillation + bank block);
 - the bank's effect per sample: RSE's guided samples against SC's samples at the same positions,
   conditioned on how many of round 1's samples were right. RSE's round 1 and SC's first K
-  samples are the same requests (same prompt, seeds and sampling settings), so what differs
-  after them is what the bank did.
+  samples are the same requests (same prompt, seeds and sampling settings); llama-server does
+  not answer identical requests identically (``same_request_same_text_share``: 51-58% of the
+  never-guided samples matched SC's text in the test cells), so the pairing removes the
+  problem's difficulty, not the sampling noise.
 """
 
 from __future__ import annotations
@@ -320,6 +322,23 @@ def guided_vs_sc_samples(
     }
 
 
+def same_request_same_text_share(
+    rse: dict[str, Any], sc: dict[str, Any], ids: list[str]
+) -> dict[str, Any]:
+    """How often RSE's sample j and SC's sample j, the same request (prompt, seed, settings)
+    where no bank reached it, came back as the same text: the server's own repeatability."""
+    same = total = 0
+    for i in ids:
+        guided = guided_rounds(rse[i])
+        rounds = rse[i].get("pool_rounds") or []
+        pairs = zip(rse[i]["pool_texts"], sc[i]["pool_texts"], rounds, strict=False)
+        for mine, theirs, r in pairs:
+            if r not in guided:
+                same += mine == theirs
+                total += 1
+    return {"share": same / total if total else None, "samples": total}
+
+
 def bank_reach(
     records: dict[str, Any], score: dict[str, float], sc_score: dict[str, float], ids: list[str]
 ) -> dict[str, Any]:
@@ -414,6 +433,9 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
                 dataset, by_id, recs.by_method[m], recs.by_method["sc"], ids, cell.k
             ),
             "bank_reach": bank_reach(recs.by_method[m], per_problem[m], per_problem["sc"], ids),
+            "same_request_same_text_share": same_request_same_text_share(
+                recs.by_method[m], recs.by_method["sc"], ids
+            ),
         }
         for m in cell.methods
         if m.startswith("rse")
