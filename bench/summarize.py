@@ -131,7 +131,12 @@ ROWS: list[tuple[str, str, str, str]] = [
         "≤ 1.05",
         "5 problems, fresh processes, priors from an earlier one",
     ),
-    ("peers_quick", "wall_ratio_first_contact_max", "–", "same, a server never seen (no priors)"),
+    (
+        "peers_quick",
+        "wall_ratio_first_contact_max",
+        "≤ 1.05",
+        "same, a server never seen (no priors: cold)",
+    ),
     ("peers_quick", "bon_identical_wall_ratio_max", "≤ 1.05", "best-of-N, every reply the same"),
     ("peers_quick", "bon_identical_calls_ratio_max", "≤ 1.05", "its HTTP calls ours ÷ its_hub"),
     ("peers", "wall_ratio_vs_its_hub_max", "≤ 1.05", "worst cell: sc/bon, N∈{8,32}, C∈{4,32}"),
