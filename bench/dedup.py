@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -263,14 +264,14 @@ def shape_calls(bank: np.ndarray, bank_t: np.ndarray, batch: np.ndarray) -> dict
     times them in turns with the kernel): the shape's BLAS limit is the fastest."""
     n, _ = bank.shape
     b = batch.shape[0]
-    tile = max(kernels.greedy.MIN_TILE_ROWS, kernels.greedy.TILE_BYTES // (4 * b))
+    tile = kernels.tuning.plan_for(bank.shape[1], b, kernels.bank_max_tiled).tile_rows
     tile_out = np.empty((min(tile, n), b), np.float32)
     tile_out_t = np.empty((b, min(tile, n)), np.float32)
     whole_out = np.empty((n, b), np.float32)
     whole_out_t = np.empty((b, n), np.float32)
     batch_t = batch.T
 
-    def rows_tiled() -> None:  # the kernel's own calls
+    def rows_tiled() -> None:  # (T, B) tiles at the height this CPU's plan chose
         for s in range(0, n, tile):
             e = min(n, s + tile)
             np.matmul(bank[s:e], batch_t, out=tile_out[: e - s])
@@ -465,6 +466,8 @@ def quick() -> dict[str, Any]:
     t0 = time.perf_counter()
     kernels.set_threads()
     kernels.warmup()
+    # this CPU's tile plan per batch bucket, measured (or read from disk) before any timing
+    plans = {b: asdict(p) for b, p in kernels.tune(QUICK_D, QUICK_BATCHES).items()}
     sgemm = sgemm_gflops()
     bank = make_bank(QUICK_N, QUICK_D)
     bank_t = np.ascontiguousarray(bank.T)
@@ -485,6 +488,7 @@ def quick() -> dict[str, Any]:
     payload: dict[str, Any] = {
         "mode": "quick",
         "tau": TAU,
+        "tile_plans_by_b": plans,
         "exact_match": all(
             c["exact_match"] and c["numpy_match"] and c.get("faiss_match", True) for c in ratios
         )
@@ -594,6 +598,71 @@ def table(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: Per CPU model, the quick run's ratios (the latest run on that CPU replaces its row): a claim
+#: measured on one CPU says so, and the README shows every CPU's figures side by side.
+BY_CPU = ("speedup_vs_numpy_by_b", "speedup_vs_faiss_best_by_b", "speedup_vs_naive",
+          "fraction_of_sgemm", "fraction_of_shape_best_b64", "scan_fraction_of_bandwidth",
+          "tile_plans_by_b")  # fmt: skip
+
+
+#: Runs kept per CPU: a ratio near 1.0 lands on either side from run to run.
+RUNS_PER_CPU = 5
+
+
+def record_by_cpu(payload: dict[str, Any]) -> dict[str, Any]:
+    """Add this run's ratios to ``dedup_by_cpu.json`` under its CPU (its latest runs kept);
+    return the whole file."""
+    known = read_result("dedup_by_cpu") or {}
+    cpus: dict[str, Any] = dict(known.get("cpus") or {})
+    m = payload["machine"]
+    run = {
+        "load_avg_1m": m.get("load_avg_1m"),
+        "measured_at": payload["measured_at"],
+        **{k: payload[k] for k in BY_CPU if k in payload},
+    }
+    runs = [*(cpus.get(m["cpu"]) or {}).get("runs", []), run][-RUNS_PER_CPU:]
+    cpus[m["cpu"]] = {"cores": m["cores"], "runs": runs}
+    write_result("dedup_by_cpu", {"cpus": cpus})
+    return {"cpus": cpus}
+
+
+def by_cpu_table(data: dict[str, Any]) -> str:
+    """The kernel's quick ratios on every CPU it was measured on, side by side: the range
+    over its kept runs (one run: that run)."""
+    lines = [
+        "| CPU | cores | runs | vs NumPy B=1 | B=64 | B=256 | vs FAISS best (worst B) "
+        "| vs naive B=256 | tile plan B=64 / B=256 (latest) | latest (load) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def span(values: list[float], unit: str = "×") -> str:
+        lo, hi = min(values), max(values)
+        return f"{lo:.2f}{unit}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}{unit}"
+
+    for cpu, entry in sorted(data["cpus"].items()):
+        runs = entry["runs"]
+        numpy = [{int(k): v for k, v in r["speedup_vs_numpy_by_b"].items()} for r in runs]
+        faiss = [
+            min(v for v in r.get("speedup_vs_faiss_best_by_b", {}).values() if v is not None)
+            for r in runs
+        ]
+        last = runs[-1]
+        plans = {int(k): v for k, v in (last.get("tile_plans_by_b") or {}).items()}
+
+        def plan(b: int, plans: dict[int, Any] = plans) -> str:
+            p = plans.get(b)
+            return f"{p['layout']} {p['tile_rows']:,}" if p else "fixed 4,096"
+
+        load = last.get("load_avg_1m")
+        lines.append(
+            f"| {cpu} | {entry['cores']} | {len(runs)} | {span([n[1] for n in numpy])} | "
+            f"{span([n[64] for n in numpy])} | {span([n[256] for n in numpy])} | "
+            f"{span(faiss)} | {span([r['speedup_vs_naive'] for r in runs])} | "
+            f"{plan(64)} / {plan(256)} | {last['measured_at'][:10]} ({load:.2f}) |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one config plus the B=1 scan, < 60 s")
@@ -608,6 +677,8 @@ def main() -> None:
     if args.quick:
         payload = quick()
         path = write_result("dedup_quick", payload)
+        by_cpu = record_by_cpu(read_result("dedup_quick"))
+        replace_readme_block("dedup_by_cpu", by_cpu_table(by_cpu), "## Dedup kernel by CPU")
         keys = (
             "exact_match",
             "speedup_vs_naive",

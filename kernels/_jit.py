@@ -73,6 +73,25 @@ def update_running_max(
 
 
 @nb.njit(cache=True, nogil=True)
+def update_running_max_cols(
+    scores: np.ndarray, row_offset: int, best: np.ndarray, best_row: np.ndarray
+) -> None:
+    """Fold one (B, T) tile into the running max/argmax: each candidate's row of the tile is
+    contiguous. The first maximum in row order wins, as in the (T, B) layout."""
+    b, t = scores.shape
+    for j in range(b):
+        top = best[j]
+        at = best_row[j]
+        for i in range(t):
+            v = scores[j, i]
+            if v > top:
+                top = v
+                at = row_offset + i
+        best[j] = top
+        best_row[j] = at
+
+
+@nb.njit(cache=True, nogil=True)
 def first_exact_hit(
     rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: float
 ) -> tuple[int, float]:

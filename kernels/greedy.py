@@ -12,16 +12,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._jit import first_exact_hit, greedy_walk, is_hit, update_running_max
+from . import tuning
+from ._jit import (
+    first_exact_hit,
+    greedy_walk,
+    is_hit,
+    update_running_max,
+    update_running_max_cols,
+)
+from .tuning import TilePlan
 
-#: Bytes of one (T, B) similarity tile, and the fewest rows per tile: at N=1e5, d=384 (2-core
-#: AVX-512, OpenBLAS 0.3.31) 4,096-row tiles ran as fast as 16,384-row ones at B=64 and as
-#: 1,024-row ones were slower at B=256, so B=64 holds 1 MiB and B=256 4 MiB, against the
-#: N × B temporary (25 and 100 MB) of one whole GEMM.
-TILE_BYTES = 1 << 20
+#: The fewest rows per chunk of the B=1 scan.
 MIN_TILE_ROWS = 4096
 #: Bytes of bank rows per mat-vec of the B=1 scan: below ~64 MiB per call OpenBLAS's thread
 #: wake-ups cost up to 10% against one mat-vec over the whole bank (43,690 rows at d=384).
+#: The scan reads the bank once at the memory's bandwidth, as one whole mat-vec does: 16, 64
+#: and 256 MiB chunks ran 0.98-1.02x NumPy's mat-vec at N=1e5 on a 2-core AMD EPYC.
 SCAN_BYTES = 1 << 26
 
 
@@ -45,21 +51,30 @@ def tie_band(dim: int) -> float:
     return max(1e-4, 4.0 * dim * 2.0**-24)
 
 
-def bank_max_tiled(rows: np.ndarray, n: int, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Max similarity and its row for each candidate against ``rows[:n]``, tile by tile."""
-    b = batch.shape[0]
+def bank_max_tiled(
+    rows: np.ndarray, n: int, batch: np.ndarray, plan: TilePlan | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Max similarity and its row for each candidate against ``rows[:n]``, tile by tile, in
+    the layout and tile height ``plan`` says (default: this CPU's, see ``tuning``)."""
+    b, d = batch.shape
     best = np.full(b, -np.inf, np.float32)
     best_row = np.full(b, -1, np.int64)
     if n == 0:
         return best, best_row
-    tile = max(MIN_TILE_ROWS, TILE_BYTES // (4 * b))
-    buf = np.empty((min(tile, n), b), np.float32)
-    batch_t = batch.T
+    if plan is None:
+        plan = tuning.plan_for(d, b, bank_max_tiled) if b > 1 else tuning.DEFAULT
+    tile = min(plan.tile_rows, n)
+    flat = np.empty(tile * b, np.float32)  # each tile's scores, contiguous
     for start in range(0, n, tile):
         stop = min(n, start + tile)
-        scores = buf[: stop - start]
-        np.matmul(rows[start:stop], batch_t, out=scores)
-        update_running_max(scores, start, best, best_row)
+        if plan.layout == "rows":
+            scores = flat[: (stop - start) * b].reshape(stop - start, b)
+            np.matmul(rows[start:stop], batch.T, out=scores)
+            update_running_max(scores, start, best, best_row)
+        else:
+            scores = flat[: (stop - start) * b].reshape(b, stop - start)
+            np.matmul(batch, rows[start:stop].T, out=scores)
+            update_running_max_cols(scores, start, best, best_row)
     return best, best_row
 
 
@@ -97,12 +112,14 @@ def greedy_insert(
     tau: float,
     bank_dup_row: np.ndarray,
     dup_of: np.ndarray,
+    plan: TilePlan | None = None,
 ) -> GreedyDecisions:
     """Decide which rows of ``batch`` join the bank ``rows[:n]`` under the greedy rule.
 
     ``batch`` must be L2-normalised float32 (validated by the caller). ``bank_dup_row[j]`` is the
     bank row that candidate j duplicates exactly (or -1); ``dup_of[j]`` the earlier candidate of
     the batch it duplicates (or -1). Nothing is written to ``rows``: the caller appends.
+    ``plan``: how the bank GEMM is tiled (default: this CPU's measured plan).
     """
     b, dim = batch.shape
     band = tie_band(dim)
@@ -120,7 +137,7 @@ def greedy_insert(
             sim[0], match[0] = max_sim, max_row
         return GreedyDecisions(accepted, sim, match)
 
-    bank_max, bank_max_row = bank_max_tiled(rows, n, batch)
+    bank_max, bank_max_row = bank_max_tiled(rows, n, batch, plan)
     bank_hit_row = np.full(b, -1, np.int64)
     for j in range(b):
         if bank_dup_row[j] >= 0:

@@ -2,11 +2,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from rse_fast.testing import ScriptedServer
+
+# The kernel's per-CPU tile plan is measured once per machine (seconds, per dimension): the
+# suite uses the default plan, and test_kernel_tuning tests the measurement and every plan.
+os.environ.setdefault("RSE_FAST_KERNEL_TUNE", "0")
 
 
 @contextlib.contextmanager

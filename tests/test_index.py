@@ -102,10 +102,12 @@ def test_one_at_a_time_equals_batch(seed, n_bank, b, dim, tau):
     np.testing.assert_array_equal(batch_index.vectors, single_index.vectors)
 
 
-def test_multi_tile_scan_matches_reference(monkeypatch):
-    """Force many small GEMM tiles so the running max crosses tile boundaries."""
-    monkeypatch.setattr(kernels.greedy, "TILE_BYTES", 64)
-    monkeypatch.setattr(kernels.greedy, "MIN_TILE_ROWS", 7)
+@pytest.mark.parametrize("layout", kernels.tuning.LAYOUTS)
+def test_multi_tile_scan_matches_reference(monkeypatch, layout):
+    """Force many small GEMM tiles, in each layout a CPU's plan may choose, so the running
+    max crosses tile boundaries (and a last tile shorter than the rest)."""
+    small = kernels.TilePlan(layout, 7)
+    monkeypatch.setattr(kernels.tuning, "plan_for", lambda d, b, bank_max: small)
     bank, cands = adversarial(7, 200, 64, 32, 0.8)
     index = SimilarityIndex(32)
     index.extend(bank)
