@@ -46,6 +46,16 @@ def k_list(text: str) -> str:
     return text
 
 
+def cost_model(text: str) -> Any:
+    """``tokens``, ``time`` or ``price:input=…,cached=…,output=…`` ($ per million tokens)."""
+    from rse_fast.llm.cost import CostModel
+
+    try:
+        return CostModel.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def margin_or_off(text: str) -> float | None:
     """A vote margin in (0, 1], or "off" (None)."""
     if text.strip().lower() in ("off", "none"):

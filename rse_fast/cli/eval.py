@@ -8,7 +8,7 @@ import contextlib
 import sys
 from typing import Any
 
-from rse_fast.cli.args import add_server_arguments, float_in, int_in
+from rse_fast.cli.args import add_server_arguments, cost_model, float_in, int_in
 from rse_fast.cli.connect import api_key, connect
 
 
@@ -70,6 +70,15 @@ def add_parser(sub: Any) -> None:
         "first directory merged, so the merged table and plot land beside the shards)",
     )
     p.add_argument("--title", help="report title")
+    p.add_argument(
+        "--cost",
+        type=cost_model,
+        default="tokens",
+        help="the unit methods are paired in at matched actual spend: tokens (default), time "
+        "(the server's prefill + decode seconds, else latency), or "
+        "price:input=0.15,cached=0.075,output=0.6 ($ per million tokens; cached = prompt "
+        "tokens the server's prefix cache served)",
+    )
     p.add_argument("--quiet", action="store_true")
 
 
@@ -108,7 +117,7 @@ def merge_report(args: argparse.Namespace) -> dict[str, Any]:
     first = places[0] if places[0].is_dir() else places[0].parent
     out = Path(args.out) if args.out else first
     title = args.title or "evaluation: " + ", ".join(str(p) for p in places)
-    return write_report(places, out, title)
+    return write_report(places, out, title, cost=args.cost)
 
 
 async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
@@ -176,4 +185,4 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         await run_eval(ds, plan, client, encoder=encoder, progress=log)
     part = f", shard {shard.index}/{shard.count}" if shard else ""
     title = args.title or f"{ds.name}, {len(ds.problems)} problems{part}, model {model}"
-    return write_report(plan.results_path, out, title)
+    return write_report(plan.results_path, out, title, cost=args.cost)

@@ -26,6 +26,7 @@ from rse_fast.eval.metrics import (
 )
 from rse_fast.eval.records import Records, read_records, results_files
 from rse_fast.eval.runner import SINGLE
+from rse_fast.llm.cost import TOKENS, CostModel
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
@@ -168,22 +169,35 @@ def _nan_none(x: float) -> float | None:
     return None if x != x else x
 
 
-def paired_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pairs of methods **at matched actual spend**: cells (method, budget) whose mean tokens
-    are within ±10% of each other, whatever their nominal budgets, on the problems both ran;
-    and every method against its problems' single-sample μ. Mean difference of final quality
-    and its 95% bootstrap interval (resampling problems)."""
+def spent_in(record: dict[str, Any], cost: CostModel) -> float:
+    """A record's actual spend in ``cost``'s unit (records written before ``spend`` was kept
+    can only be read in tokens)."""
+    if "spend" in record:
+        return cost.of_spend(record["spend"])
+    if cost.unit == "tokens":
+        return float(record["tokens"])
+    raise ValueError(
+        f"record {record.get('problem')}/{record.get('method')} has no spend breakdown: it "
+        f"can be compared in tokens only, not in {cost.unit}"
+    )
+
+
+def paired_rows(records: list[dict[str, Any]], cost: CostModel = TOKENS) -> list[dict[str, Any]]:
+    """Pairs of methods **at matched actual spend** (in ``cost``'s unit): cells (method,
+    budget) whose mean spend is within ±10% of each other, whatever their nominal budgets, on
+    the problems both ran; and every method against its problems' single-sample μ. Mean
+    difference of final quality and its 95% bootstrap interval (resampling problems)."""
     finals: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
     spent: dict[tuple[str, int], list[float]] = defaultdict(list)
     for r in records:
         if r["method"] != SINGLE:
             finals[(r["method"], int(r["budget"]))][r["problem"]] = r["final_quality"]
-            spent[(r["method"], int(r["budget"]))].append(float(r["tokens"]))
+            spent[(r["method"], int(r["budget"]))].append(spent_in(r, cost))
     single = single_sample_quality(records)
     tokens = {cell: sum(v) / len(v) for cell, v in spent.items()}
     out = []
     for (a, ba), (b, bb) in combinations(sorted(finals), 2):
-        if a == b or abs(tokens[(a, ba)] / max(1.0, tokens[(b, bb)]) - 1) > MATCHED_SPEND:
+        if a == b or abs(tokens[(a, ba)] / max(1e-12, tokens[(b, bb)]) - 1) > MATCHED_SPEND:
             continue
         shared = sorted(finals[(a, ba)].keys() & finals[(b, bb)].keys())
         if shared:
@@ -314,11 +328,19 @@ def markdown_table(summary: dict[str, Any]) -> str:
         )
     matched = [p for p in summary["paired"] if p["b"] != SINGLE]
     if matched:
+        unit = summary.get("cost_unit", "tokens")
+        label = (
+            TOKENS.label
+            if unit == "tokens"
+            else CostModel.parse(unit).label
+            if unit == ("time")
+            else "$"
+        )
         notes.append(
-            "Methods compared at matched actual spend (mean tokens within ±10%, nominal budgets "
-            "may differ), paired by problem, 95% CI: "
+            f"Methods compared at matched actual spend in {unit} (mean spend within ±10%, "
+            "nominal budgets may differ), paired by problem, 95% CI: "
             + "; ".join(
-                f"{p['a']}@{p['tokens_a']:,.0f} − {p['b']}@{p['tokens_b']:,.0f} tokens "
+                f"{p['a']}@{p['tokens_a']:,.4g} − {p['b']}@{p['tokens_b']:,.4g} {label} "
                 f"{100 * p['diff']:+.0f}{_ci(p['ci95'])}"
                 for p in matched
             )
@@ -370,11 +392,12 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     return path
 
 
-def summarise(records: Records, noisy: bool) -> dict[str, Any]:
+def summarise(records: Records, noisy: bool, cost: CostModel = TOKENS) -> dict[str, Any]:
     rows = aggregate(records.rows, noisy)
     return {
         "rows": rows,
-        "paired": paired_rows(records.rows),
+        "cost_unit": cost.unit,
+        "paired": paired_rows(records.rows, cost),
         "h_vs_rho_v": capture_vs_rho(rows),
         "unreadable": records.unreadable,
         "duplicates": records.duplicates,
@@ -383,16 +406,21 @@ def summarise(records: Records, noisy: bool) -> dict[str, Any]:
 
 
 def write_report(
-    results: Path | Iterable[Path], out: Path, title: str, noisy: bool | None = None
+    results: Path | Iterable[Path],
+    out: Path,
+    title: str,
+    noisy: bool | None = None,
+    cost: CostModel = TOKENS,
 ) -> dict[str, Any]:
     """Merge the results files found at ``results`` (a file, a directory of shards, or
     several) and write table.md, summary.json and the plot into ``out``. ``noisy`` (default:
-    whether any record was graded by a rubric grader) turns on the oracle correction."""
+    whether any record was graded by a rubric grader) turns on the oracle correction;
+    ``cost``: the unit methods are paired in at matched actual spend (default tokens)."""
     places = [results] if isinstance(results, Path) else list(results)
     records = read_records(results_files(places))
     if noisy is None:
         noisy = any(not str(r.get("grader", "exact:")).startswith("exact:") for r in records.rows)
-    summary = summarise(records, noisy)
+    summary = summarise(records, noisy, cost)
     table = markdown_table(summary)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(f"# {title}\n\n{table}\n")

@@ -31,6 +31,7 @@ from rse_fast.eval.records import (
     results_file,
 )
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.cost import spend_summary
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import Method, MethodResult, Problem
 
@@ -112,6 +113,8 @@ async def record_for(
         "method": result.method,
         "budget": result.budget,
         "tokens": result.tokens,
+        # prompt (cached part apart), completion and server seconds: any cost unit, later
+        "spend": spend_summary(ledger),
         "budget_error": result.budget_error,
         "exploration_tokens": ledger.exploration_tokens,
         "exploitation_tokens": ledger.exploitation_tokens,

@@ -30,11 +30,22 @@ from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
 from rse_fast.llm.sse import sse_payloads
 from rse_fast.llm.trace import TraceHook
 from rse_fast.llm.transport import Timeouts, Transport, open_response, read_json, stream_lines
-from rse_fast.llm.types import ChatResult, Choice, Message, StreamEvent, Usage
+from rse_fast.llm.types import ChatResult, Choice, Message, ServerTimings, StreamEvent, Usage
 
 _SOURCE_RANK = {"reported": 0, "estimated": 1, "corrected": 2}
 #: Request fields a server names when it cannot do structured output.
 SCHEMA_FIELDS = ("response_format", "json_schema", "guided_json", "grammar")
+
+
+def sum_timings(parts: Sequence[ServerTimings | None]) -> ServerTimings:
+    """The server time of requests that made one call (a fan-out): their milliseconds added."""
+    known = [t for t in parts if t is not None]
+    return ServerTimings(
+        sum(t.prompt_ms for t in known),
+        sum(t.predicted_ms for t in known),
+        None if any(t.cache_n is None for t in known) else sum(t.cache_n or 0 for t in known),
+        None if any(t.prompt_n is None for t in known) else sum(t.prompt_n or 0 for t in known),
+    )
 
 
 class _Keep:
@@ -494,11 +505,15 @@ class LLMClient:
         choices = [c for p in parts for c in p.choices]
         source = max((p.usage.source for p in parts), key=_SOURCE_RANK.__getitem__)
         reasoning = [p.usage.reasoning_tokens for p in parts]
+        cached = [p.usage.cached_tokens for p in parts]
+        timed = [p.usage.timings for p in parts]
         usage = Usage(
             sum(p.usage.prompt_tokens for p in parts),
             sum(p.usage.completion_tokens for p in parts),
             source,
             reasoning_tokens=None if None in reasoning else sum(r or 0 for r in reasoning),
+            cached_tokens=None if None in cached else sum(c or 0 for c in cached),
+            timings=None if any(t is None for t in timed) else sum_timings(timed),
         )
         return ChatResult(
             choices=tuple(dataclasses.replace(c, index=i) for i, c in enumerate(choices)),
@@ -513,7 +528,7 @@ class LLMClient:
     def _usage(
         self, data: dict[str, Any], body: dict[str, Any], choices: Sequence[Choice]
     ) -> Usage:
-        reported = parse_usage(data.get("usage"))
+        reported = parse_usage(data.get("usage"), data.get("timings"))
         counted = [self.count_tokens(c.text + (c.reasoning or "")) for c in choices]
         if reported is None:
             prompt = count_prompt_tokens(body["messages"], self.count_tokens)

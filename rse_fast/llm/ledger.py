@@ -47,6 +47,13 @@ class CallRecord:
     ok: bool = True
     error: str | None = None
     task: str | None = None
+    #: the part of ``prompt_tokens`` the server's prefix cache served (None: not reported)
+    cached_tokens: int | None = None
+    #: the server's own prefill and decode seconds (None: it sends no timings)
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    #: what the call cost outside tokens, in seconds (a checker's run, a sandbox)
+    work_s: float = 0.0
 
     @property
     def total_tokens(self) -> int:
@@ -61,6 +68,7 @@ class RoleTotals:
     completion_tokens: int = 0
     estimated_calls: int = 0
     latency_s: float = 0.0
+    cached_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -103,6 +111,9 @@ class Ledger:
                 n=n,
                 usage_source=usage.source,
                 task=task,
+                cached_tokens=usage.cached_tokens,
+                prefill_s=usage.timings.prompt_ms / 1e3 if usage.timings else None,
+                decode_s=usage.timings.predicted_ms / 1e3 if usage.timings else None,
             )
         )
 
@@ -140,12 +151,19 @@ class Ledger:
             t.completion_tokens += r.completion_tokens
             t.estimated_calls += r.usage_source != "reported"
             t.latency_s += r.latency_s
+            t.cached_tokens += r.cached_tokens or 0
         return out
 
     @property
     def total_tokens(self) -> int:
         with self._lock:
             return sum(r.total_tokens for r in self.records)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the servers said their prefix caches served."""
+        with self._lock:
+            return sum(r.cached_tokens or 0 for r in self.records)
 
     @property
     def exploration_tokens(self) -> int:
@@ -169,6 +187,7 @@ class Ledger:
         }
         return {
             "total_tokens": self.total_tokens,
+            "cached_prompt_tokens": self.cached_tokens,
             "exploration_tokens": self.exploration_tokens,
             "exploitation_tokens": self.exploitation_tokens,
             "calls": len(self.records),

@@ -8,10 +8,11 @@ its raw message, each event its raw chunk.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from rse_fast.errors import LLMResponseError
-from rse_fast.llm.types import Choice, StreamEvent, Usage
+from rse_fast.llm.types import Choice, ServerTimings, StreamEvent, Usage
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 
@@ -89,9 +90,33 @@ def token_count(value: Any) -> int | None:
     return int(value) if value >= 0 and float(value).is_integer() else None
 
 
-def parse_usage(raw: Any) -> Usage | None:
-    """``usage`` as the server reported it, or None when absent or malformed (a count that is
-    not a non-negative whole number: the caller then estimates, rather than trust a budget
+def _milliseconds(v: Any) -> float | None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return float(v) if ok else None
+
+
+def parse_timings(raw: Any) -> ServerTimings | None:
+    """llama.cpp's ``timings`` object, or None when absent or malformed."""
+    if not isinstance(raw, dict):
+        return None
+    prompt_ms, predicted_ms = (
+        _milliseconds(raw.get("prompt_ms")),
+        _milliseconds(raw.get("predicted_ms")),
+    )
+    if prompt_ms is None or predicted_ms is None:
+        return None
+    return ServerTimings(
+        prompt_ms,
+        predicted_ms,
+        token_count(raw.get("cache_n")),
+        token_count(raw.get("prompt_n")),
+    )
+
+
+def parse_usage(raw: Any, timings: Any = None) -> Usage | None:
+    """``usage`` as the server reported it (with the cached part of the prompt and the
+    server's ``timings`` where it sends them), or None when absent or malformed (a count that
+    is not a non-negative whole number: the caller then estimates, rather than trust a budget
     to it)."""
     if not isinstance(raw, dict):
         return None
@@ -103,7 +128,20 @@ def parse_usage(raw: Any) -> Usage | None:
         return None
     details = raw.get("completion_tokens_details")
     reasoning = token_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
-    return Usage(prompt, completion, reasoning_tokens=reasoning)
+    prompt_details = raw.get("prompt_tokens_details")
+    cached = (
+        token_count(prompt_details.get("cached_tokens"))
+        if isinstance(prompt_details, dict)
+        else None
+    )
+    timed = parse_timings(timings)
+    if cached is None and timed is not None:
+        cached = timed.cache_n
+    if cached is not None:
+        cached = min(cached, prompt)
+    return Usage(
+        prompt, completion, reasoning_tokens=reasoning, cached_tokens=cached, timings=timed
+    )
 
 
 def parse_chunk(data: dict[str, Any], endpoint: str = "") -> list[StreamEvent]:
@@ -132,7 +170,7 @@ def parse_chunk(data: dict[str, Any], endpoint: str = "") -> list[StreamEvent]:
             )
     except (TypeError, ValueError) as exc:
         raise _not_a_completion(exc, data, endpoint) from None
-    usage = parse_usage(data.get("usage"))
+    usage = parse_usage(data.get("usage"), data.get("timings"))
     if usage is not None:
         events.append(StreamEvent(usage=usage, raw=data))
     return events
@@ -154,7 +192,7 @@ def completion_events(data: dict[str, Any], endpoint: str) -> list[StreamEvent]:
         )
         for c in parse_choices(data, endpoint)
     ]
-    usage = parse_usage(data.get("usage"))
+    usage = parse_usage(data.get("usage"), data.get("timings"))
     if usage is not None:
         events.append(StreamEvent(usage=usage, raw=data))
     return events

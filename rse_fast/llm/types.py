@@ -30,16 +30,33 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class ServerTimings:
+    """What llama.cpp's ``timings`` say a call cost in time: prefill and decode milliseconds
+    (``prompt_ms``, ``predicted_ms``) and the prompt tokens it served from its cache
+    (``cache_n``) and evaluated (``prompt_n``)."""
+
+    prompt_ms: float
+    predicted_ms: float
+    cache_n: int | None = None
+    prompt_n: int | None = None
+
+
+@dataclass(frozen=True)
 class Usage:
     """Token counts of one call. ``source`` says whether the server reported them, we estimated
     them (server sent none), or we corrected an under-report (llama.cpp with n > 1).
-    ``reasoning_tokens`` is the part of the completion spent thinking, when reported."""
+    ``reasoning_tokens`` is the part of the completion spent thinking, when reported;
+    ``cached_tokens`` the part of the prompt the server's prefix cache served, when reported
+    (vLLM, llama.cpp: ``prompt_tokens_details.cached_tokens``; else llama.cpp's ``cache_n``);
+    ``timings`` what the server measured, when it sends them (llama.cpp)."""
 
     prompt_tokens: int
     completion_tokens: int
     source: UsageSource = "reported"
     _: KW_ONLY
     reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+    timings: ServerTimings | None = None
 
     @property
     def total_tokens(self) -> int:

@@ -1,0 +1,123 @@
+"""What a call costs, in the unit a user pays in.
+
+``tokens``: every prompt and completion token alike (the evaluation's default, as the study
+counts). ``price``: per-million prices for uncached input, cached input and output, as hosted
+APIs bill (a cached prompt token is what the server's prefix cache served, as it reported).
+``time``: the server's own prefill and decode seconds where it reports them (llama.cpp's
+``timings``), else the call's latency. Every ledger record carries what each unit needs, so
+one run can be read in any unit afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rse_fast.llm.ledger import CallRecord, Ledger
+
+CostUnit = Literal["tokens", "price", "time"]
+UNITS: tuple[CostUnit, ...] = ("tokens", "price", "time")
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """How a call's cost is counted. Prices are per million tokens (``cached_input_per_m``
+    defaults to the input price: a server that reports no cache bills every prompt token)."""
+
+    unit: CostUnit = "tokens"
+    input_per_m: float = 0.0
+    cached_input_per_m: float | None = None
+    output_per_m: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"unknown cost unit {self.unit!r}; one of {', '.join(UNITS)}")
+        prices = (self.input_per_m, self.cached_input_per_m or 0.0, self.output_per_m)
+        if any(p < 0 for p in prices):
+            raise ValueError("prices cannot be negative")
+        if self.unit == "price" and not any(prices):
+            raise ValueError("the price unit needs prices: input_per_m and output_per_m")
+
+    @classmethod
+    def parse(cls, spec: str) -> CostModel:
+        """``tokens``, ``time``, or ``price:input=0.15,cached=0.075,output=0.6`` ($ per 1M)."""
+        unit, _, rest = spec.partition(":")
+        if unit != "price":
+            if rest:
+                raise ValueError(f"the {unit} unit takes no settings: {spec!r}")
+            return cls(unit)  # type: ignore[arg-type]
+        fields = {"input": "input_per_m", "cached": "cached_input_per_m", "output": "output_per_m"}
+        values: dict[str, float] = {}
+        for part in filter(None, rest.split(",")):
+            key, eq, value = part.partition("=")
+            if not eq or key.strip() not in fields:
+                raise ValueError(f"bad price setting {part!r}: input=, cached=, output=")
+            try:
+                values[fields[key.strip()]] = float(value)
+            except ValueError:
+                raise ValueError(f"bad price {value!r} in {spec!r}") from None
+        return cls("price", **values)
+
+    def of_call(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int | None = None,
+        seconds: float | None = None,
+    ) -> float:
+        if self.unit == "tokens":
+            return float(prompt_tokens + completion_tokens)
+        if self.unit == "time":
+            return float(seconds or 0.0)
+        cached = min(cached_tokens or 0, prompt_tokens)
+        cached_price = (
+            self.input_per_m if self.cached_input_per_m is None else self.cached_input_per_m
+        )
+        return (
+            (prompt_tokens - cached) * self.input_per_m
+            + cached * cached_price
+            + completion_tokens * self.output_per_m
+        ) / 1e6
+
+    def of_record(self, rec: CallRecord) -> float:
+        if rec.prefill_s is not None and rec.decode_s is not None:
+            seconds = rec.prefill_s + rec.decode_s + rec.work_s
+        else:
+            seconds = rec.latency_s + rec.work_s
+        return self.of_call(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, seconds)
+
+    def of_records(self, records: Iterable[CallRecord]) -> float:
+        return sum(self.of_record(r) for r in records)
+
+    def of_ledger(self, ledger: Ledger) -> float:
+        return self.of_records(list(ledger.records))
+
+    def of_spend(self, spend: dict[str, Any]) -> float:
+        """The cost of a run from its ``spend_summary`` (what an eval record keeps)."""
+        return self.of_call(
+            int(spend["prompt_tokens"]),
+            int(spend["completion_tokens"]),
+            int(spend.get("cached_prompt_tokens") or 0),
+            float(spend.get("time_s") or 0.0),
+        )
+
+    @property
+    def label(self) -> str:
+        return {"tokens": "tokens", "price": "$", "time": "s"}[self.unit]
+
+
+def spend_summary(ledger: Ledger) -> dict[str, Any]:
+    """What a run spent, in the quantities every unit is computed from (a cost in any unit,
+    prices included, can be read from it later: the units are linear in these)."""
+    records = list(ledger.records)
+    return {
+        "prompt_tokens": sum(r.prompt_tokens for r in records),
+        "cached_prompt_tokens": sum(r.cached_tokens or 0 for r in records),
+        "completion_tokens": sum(r.completion_tokens for r in records),
+        "time_s": CostModel("time").of_records(records),
+        "server_timed_calls": sum(r.prefill_s is not None for r in records),
+    }
+
+
+TOKENS = CostModel()
