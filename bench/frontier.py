@@ -31,8 +31,8 @@ from rse_fast.answers import extract_answer, majority_vote
 from rse_fast.answers.confidence import (
     keep_most_confident,
     rollout_confidence,
+    statistically_settled,
     token_confidences,
-    vote_settled,
 )
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci
@@ -174,7 +174,7 @@ def play(rule: Rule, order: list[dict[str, Any]]) -> tuple[float, list[dict[str,
             for d in drawn:
                 if d["answer"] is not None:
                     counts[d["answer"]] = counts.get(d["answer"], 0.0) + 1.0
-            if vote_settled(list(counts.values()), rule.stop_epsilon):
+            if statistically_settled(list(counts.values()), rule.stop_epsilon):
                 break
     scores = [confidence_of(s, rule.measure, rule.window) for s in drawn]
     keeps = keep_most_confident(scores, rule.keep)

@@ -127,7 +127,7 @@ def beta_leader_probability(a: float, b: float, steps: int = 2000) -> float:
     return min(1.0, total * h)
 
 
-def vote_settled(weights_by_answer: Sequence[float], epsilon: float) -> bool:
+def statistically_settled(weights_by_answer: Sequence[float], epsilon: float) -> bool:
     """Whether the leader's lead is settled at ``1 - epsilon`` (Beta criterion on the top
     two); one answer alone is settled once it has votes the criterion accepts."""
     ranked = sorted((w for w in weights_by_answer if w > 0), reverse=True)

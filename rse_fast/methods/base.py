@@ -61,11 +61,17 @@ class MethodResult:
     def budget_error(self) -> float:
         return self.tokens / self.budget - 1 if self.budget else 0.0
 
+    @property
+    def unspent(self) -> int:
+        """Budget a run left unspent (a stop once its answer was settled, or a cap's rest)."""
+        return max(0, self.budget - self.tokens)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": self.method,
             "budget": self.budget,
             "tokens": self.tokens,
+            "unspent": self.unspent,
             "final": asdict(self.final) if self.final else None,
             "pool": [asdict(c) for c in self.pool],
             "ledger": self.ledger.summary(),

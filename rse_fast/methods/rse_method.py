@@ -15,7 +15,7 @@ from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError, RoundFailedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, blend
-from rse_fast.methods.sampling import vote_final
+from rse_fast.methods.voting import vote_final
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds

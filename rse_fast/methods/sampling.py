@@ -30,6 +30,14 @@ from rse_fast.methods.base import (
     prompt_cost,
 )
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
+from rse_fast.methods.voting import (
+    ConfidenceRule,
+    beta_settled,
+    confident_vote,
+    settled,
+    vote_final,
+    vote_settled,
+)
 from rse_fast.prompts import fusion_messages
 
 #: Judge prompt tokens beyond the problem and the response (template, instructions) and its
@@ -38,8 +46,15 @@ JUDGE_OVERHEAD_TOKENS = 100
 
 
 async def sample(
-    method: Method, client: LLMClient, problem: Problem, i: int, role: str = "explore"
+    method: Method,
+    client: LLMClient,
+    problem: Problem,
+    i: int,
+    role: str = "explore",
+    confidence: ConfidenceRule | None = None,
 ) -> Candidate:
+    """One sample. With a ``confidence`` rule the call asks for the top-k logprobs and the
+    candidate's ``confidence`` score is the rule's measure (absent when the server sent none)."""
     res = await client.chat(
         problem.messages(),
         role=role,
@@ -49,14 +64,21 @@ async def sample(
         max_tokens=method.max_tokens,
         tools=list(problem.tools) or None,
         tool_choice=problem.tool_choice if problem.tools else None,
+        logprobs=True if confidence else None,
+        top_logprobs=confidence.top_logprobs if confidence else None,
     )
-    return Candidate.of(
+    cand = Candidate.of(
         res.text,
         cost=res.usage.total_tokens,
         completion_tokens=res.usage.completion_tokens,
         origin="sample",
         tool_calls=res.choices[0].tool_calls if res.choices else (),
     )
+    if confidence is not None and res.choices:
+        score = confidence.score(res.choices[0].logprobs)
+        if score is not None:
+            cand.scores["confidence"] = score
+    return cand
 
 
 def sample_cost(method: Method, client: LLMClient, problem: Problem) -> float:
@@ -92,15 +114,6 @@ def sub_ledger(ledger: Ledger, pool: list[Candidate]) -> Ledger:
     return out
 
 
-def vote_final(pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
-    vote = majority_vote([c.answer for c in pool])
-    final = next(
-        (c for c in pool if vote.answer is not None and answers_equivalent(c.answer, vote.answer)),
-        pool[0] if pool else None,
-    )
-    return final, {"votes": vote.count, "voters": vote.total}
-
-
 ToolVote = Literal["name", "arguments"]
 
 
@@ -134,44 +147,51 @@ def vote_tools(pool: list[Candidate], match: ToolVote) -> tuple[Candidate | None
     return pool[keys.index(winner)], {"votes": votes, "voters": len(keys), "tool_vote": winner}
 
 
-def settled(counts: Sequence[int], still_possible: int) -> bool:
-    """True when no outcome of the ``still_possible`` votes left can change the winner."""
-    ranked = sorted(counts, reverse=True)
-    if not ranked:
-        return False
-    runner_up = ranked[1] if len(ranked) > 1 else 0
-    return ranked[0] - runner_up > still_possible
-
-
-def vote_settled(pool: list[Candidate], still_possible: int) -> bool:
-    return settled([n for _, n in majority_vote([c.answer for c in pool]).clusters], still_possible)
-
-
 class SelfConsistency(Method):
     """Majority vote over independent samples: over final answers, or for an agentic request
     (a problem with ``tools``) over the tool calls asked for, matched by ``tool_vote``
     (function names, or names and arguments). ``early_stop``: cancel the calls in flight and
-    stop once the votes left cannot change the winner (the saving is reported in meta)."""
+    stop once the votes left cannot change the winner (the saving is reported in meta).
+    ``stop_epsilon``: stop as soon as the vote is statistically settled (the leader is the
+    mode of the top two at ``1 - stop_epsilon``, Beta criterion; implies ``early_stop``).
+    ``confidence``: a :class:`ConfidenceRule` (or ``True`` for the default one): samples ask
+    for their logprobs and the vote filters and weights by the model's confidence.
+    In ``cap`` mode what a stop leaves unspent is the result's ``unspent`` and stays out of
+    the ledger (and so of the service's usage)."""
 
     name = "sc"
     subsamples = True
 
     def __init__(
-        self, *, early_stop: bool = False, tool_vote: ToolVote = "arguments", **kw: Any
+        self,
+        *,
+        early_stop: bool = False,
+        tool_vote: ToolVote = "arguments",
+        stop_epsilon: float | None = None,
+        confidence: ConfidenceRule | bool | None = None,
+        **kw: Any,
     ) -> None:
         super().__init__(**kw)
         if tool_vote not in ("name", "arguments"):
             raise ValueError(f"tool_vote must be 'name' or 'arguments', got {tool_vote!r}")
-        self.early_stop, self.tool_vote = early_stop, tool_vote
+        if stop_epsilon is not None and not 0 < stop_epsilon < 1:
+            raise ValueError(f"stop_epsilon must be in (0, 1), got {stop_epsilon}")
+        self.early_stop, self.tool_vote = early_stop or stop_epsilon is not None, tool_vote
+        self.stop_epsilon = stop_epsilon
+        self.confidence = ConfidenceRule() if confidence is True else confidence or None
 
     def _final(
         self, problem: Problem, pool: list[Candidate]
     ) -> tuple[Candidate | None, dict[str, Any]]:
-        return vote_tools(pool, self.tool_vote) if problem.tools else vote_final(pool)
+        if problem.tools:
+            return vote_tools(pool, self.tool_vote)
+        if self.confidence is not None:
+            return confident_vote(pool, self.confidence)
+        return vote_final(pool)
 
     def _settled(self, problem: Problem) -> Any:
         if not problem.tools:
-            return vote_settled
+            return beta_settled(self.stop_epsilon) if self.stop_epsilon else vote_settled
         return lambda pool, left: settled(
             list(Counter(tool_call_key(c.tool_calls, self.tool_vote) for c in pool).values()), left
         )
@@ -183,7 +203,7 @@ class SelfConsistency(Method):
         early = EarlyStop(self._settled(problem)) if self.early_stop else None
         estimate = sample_cost(self, c, problem)
         pool = await in_waves(
-            lambda i: sample(self, c, problem, i),
+            lambda i: sample(self, c, problem, i, confidence=self.confidence),
             Spend(c.ledger, budget),
             self.planned_cost(estimate),
             self.parallel,
@@ -197,6 +217,7 @@ class SelfConsistency(Method):
                 "stopped": early.stopped,
                 "cancelled": early.cancelled,
                 "saved_tokens_estimate": early.saved_tokens,
+                "rule": f"beta, epsilon {self.stop_epsilon}" if self.stop_epsilon else "exact",
             }
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)
 

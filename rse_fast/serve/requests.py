@@ -70,6 +70,10 @@ class MethodRequest:
     tool_choice: str | dict[str, Any] | None = None
     tool_vote: str = "arguments"
     settle_margin: float | None = 1.0  # rse: stop guiding once round 1's vote margin is this
+    #: sc: stop once the vote is settled at 1 - this (Beta criterion); None: spend the budget
+    stop_epsilon: float | None = None
+    #: sc: filter and weight the vote by the model's token confidence (asks for logprobs)
+    confidence: bool = False
 
 
 @dataclass
@@ -140,6 +144,17 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
     settle = body.get("settle_margin", 1.0)
     if settle is not None:
         settle = _number(body, "settle_margin", float, 1.0, 0.001, 1.0)
+    for name in ("stop_epsilon", "confidence"):
+        if body.get(name) not in (None, False) and prefix != "sc":
+            raise RequestError(f"'{name}' is an option of method 'sc' only", param=name)
+    stop_epsilon = body.get("stop_epsilon")
+    if stop_epsilon is not None:
+        stop_epsilon = _number(body, "stop_epsilon", float, None, 0.0001, 0.5)
+    confidence = body.get("confidence", False)
+    if not isinstance(confidence, bool):
+        raise RequestError(
+            f"'confidence' must be true or false, got {confidence!r}", param="confidence"
+        )
     default_tokens = min(1024, caps.max_tokens)  # a default never trips the cap
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_tokens))
     return MethodRequest(
@@ -171,6 +186,8 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         tool_choice=body.get("tool_choice") if tools else None,
         tool_vote=tool_vote,
         settle_margin=settle,
+        stop_epsilon=stop_epsilon,
+        confidence=confidence,
     )
 
 
@@ -217,7 +234,9 @@ async def run_method(
     elif progress:
         progress({"method": spec.method, "status": "started", "budget": spec.budget})
     if spec.method == "sc":
-        options["tool_vote"] = spec.tool_vote
+        options.update(
+            tool_vote=spec.tool_vote, stop_epsilon=spec.stop_epsilon, confidence=spec.confidence
+        )
     method = make_method(spec.method, **options).keep_priors(PRIORS)
     problem = Problem(
         "request",
@@ -259,7 +278,8 @@ async def run_method(
                 "finish_reason": "tool_calls" if calls else "stop",
             }
         ],
-        "usage": usage_of(res.ledger),
+        # usage is what the ledger booked; a stop leaves the rest of the budget unspent
+        "usage": {**usage_of(res.ledger), "budget_unspent": max(0, spec.budget - res.tokens)},
     }
     if spec.details:
         completion["rse_fast"] = details

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import random
 import re
 import socket
@@ -59,6 +60,28 @@ class Reply:
     tool_calls: tuple[dict[str, Any], ...] = ()
     finish_reason: str | None = None
     reasoning_field: str = "reasoning_content"
+    #: the probability the model gave each content token it wrote: what ``logprobs`` reports
+    #: when asked (the chosen token first, then ``top_logprobs - 1`` alternatives sharing the
+    #: rest), as llama-server and vLLM shape it
+    token_probability: float = 0.9
+
+    def logprobs(self, top: int) -> dict[str, Any]:
+        """The choice's ``logprobs`` object: one entry per content word (a token here)."""
+        p = min(max(self.token_probability, 1e-6), 1 - 1e-6)
+        rest = math.log((1 - p) / max(1, top - 1))
+        entries = []
+        for k, word in enumerate(self.content.split(" ")):
+            token = word if k == 0 else " " + word
+            alternatives = [{"token": f"<alt{j}>", "logprob": rest} for j in range(top - 1)]
+            entries.append(
+                {
+                    "token": token,
+                    "logprob": math.log(p),
+                    "bytes": list(token.encode()),
+                    "top_logprobs": [{"token": token, "logprob": math.log(p)}, *alternatives],
+                }
+            )
+        return {"content": entries}
 
     @property
     def finish(self) -> str:
@@ -224,6 +247,8 @@ class ScriptedServer:
     #: ``timings`` (``cache_n``, ``prompt_n``, ``prompt_ms``, ``predicted_ms``) from the rates
     #: below, top-level in a reply and in a stream's usage chunk
     prefix_cache: Literal["vllm", "llama.cpp"] | None = None
+    #: False: ``logprobs`` is accepted and ignored (a gateway or server without them)
+    logprobs_supported: bool = True
     cache_block: int = 16
     prefill_ms_per_token: float = 11.0  # measured on qwen2.5-coder-0.5b, 2 cores
     decode_ms_per_token: float = 49.0
@@ -451,6 +476,7 @@ class ScriptedServer:
                 self.delays[slot] += replies[0].tokens / self.stream_tokens_per_s
             return await self._stream(request, body, replies[0], fault)
         counts = [r.tokens for r in replies]
+        top = max(1, int(body.get("top_logprobs") or 1))
         if self.stream_tokens_per_s:  # a whole reply arrives when its generation ends
             decode = max(counts) / self.stream_tokens_per_s
             self.delays[slot] += decode
@@ -461,7 +487,16 @@ class ScriptedServer:
             "created": int(time.time()),
             "model": body.get("model") or self.model,
             "choices": [
-                {"index": k, "message": r.message(k), "finish_reason": r.finish}
+                {
+                    "index": k,
+                    "message": r.message(k),
+                    "finish_reason": r.finish,
+                    **(
+                        {"logprobs": r.logprobs(top)}
+                        if body.get("logprobs") and self.logprobs_supported
+                        else {}
+                    ),
+                }
                 for k, r in enumerate(replies)
             ],
         }

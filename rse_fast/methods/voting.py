@@ -1,0 +1,102 @@
+"""Turning a pool of samples into one answer, and knowing when the vote is settled: the plain
+majority vote, the exact stop (no vote left can change the winner), the statistical stop
+(Beta criterion), and the confidence rules that filter and weight a vote by the model's own
+token probabilities (``rse_fast.answers.confidence``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rse_fast.answers import answers_equivalent, majority_vote
+from rse_fast.answers.confidence import (
+    MEASURES,
+    keep_most_confident,
+    rollout_confidence,
+    statistically_settled,
+    token_confidences,
+)
+from rse_fast.methods.base import Candidate
+
+
+def vote_final(pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
+    vote = majority_vote([c.answer for c in pool])
+    final = next(
+        (c for c in pool if vote.answer is not None and answers_equivalent(c.answer, vote.answer)),
+        pool[0] if pool else None,
+    )
+    return final, {"votes": vote.count, "voters": vote.total}
+
+
+def settled(counts: Sequence[int], still_possible: int) -> bool:
+    """True when no outcome of the ``still_possible`` votes left can change the winner."""
+    ranked = sorted(counts, reverse=True)
+    if not ranked:
+        return False
+    runner_up = ranked[1] if len(ranked) > 1 else 0
+    return ranked[0] - runner_up > still_possible
+
+
+def vote_settled(pool: list[Candidate], still_possible: int) -> bool:
+    return settled([n for _, n in majority_vote([c.answer for c in pool]).clusters], still_possible)
+
+
+def beta_settled(epsilon: float) -> Callable[[list[Candidate], int], bool]:
+    """The statistical stop: the leader is the mode of the top two at ``1 - epsilon``
+    (Adaptive-Consistency's Beta criterion), or no vote left can change the winner."""
+
+    def check(pool: list[Candidate], still_possible: int) -> bool:
+        counts = [n for _, n in majority_vote([c.answer for c in pool]).clusters]
+        return settled(counts, still_possible) or (
+            len(pool) >= 2 and statistically_settled([float(n) for n in counts], epsilon)
+        )
+
+    return check
+
+
+def confident_vote(
+    pool: list[Candidate], rule: ConfidenceRule
+) -> tuple[Candidate | None, dict[str, Any]]:
+    """The vote over the most confident ``rule.keep`` of the pool, weighted by confidence
+    when ``rule.weighted``; a pool without confidence (the server sent no logprobs) gets the
+    plain vote, and the meta says so."""
+    scores = [c.scores.get("confidence") for c in pool]
+    if all(s is None for s in scores):
+        final, meta = vote_final(pool)
+        return final, {**meta, "confidence": "unavailable: plain vote (no logprobs)"}
+    kept = [c for c, k in zip(pool, keep_most_confident(scores, rule.keep), strict=True) if k]
+    weights = [c.scores.get("confidence", 0.0) for c in kept] if rule.weighted else None
+    vote = majority_vote([c.answer for c in kept], weights=weights)
+    final = next((c for c in kept if c.answer == vote.answer), kept[0] if kept else None)
+    meta = {
+        "votes": vote.count,
+        "voters": vote.total,
+        "confidence": f"{rule.measure}, kept {len(kept)} of {len(pool)}"
+        + (", weighted" if rule.weighted else ""),
+    }
+    return final, meta
+
+
+@dataclass(frozen=True)
+class ConfidenceRule:
+    """How a vote uses the model's own token probabilities (DeepConf's offline rules):
+    keep the ``keep`` share of samples with the highest ``measure`` (``mean``,
+    ``lowest_window``, ``tail``, ``bottom10``; windows of ``window`` tokens), and weight the
+    vote by it when ``weighted``."""
+
+    keep: float = 1.0
+    weighted: bool = True
+    measure: str = "lowest_window"
+    window: int = 32
+    top_logprobs: int = 5
+
+    def __post_init__(self) -> None:
+        if self.measure not in MEASURES:
+            raise ValueError(f"unknown confidence measure {self.measure!r}; one of {MEASURES}")
+        if not 0 < self.keep <= 1:
+            raise ValueError(f"keep must be in (0, 1], got {self.keep}")
+
+    def score(self, logprobs: Any) -> float | None:
+        summary = rollout_confidence(token_confidences(logprobs), self.window, self.window)
+        return summary.measure(self.measure) if summary else None

@@ -1,0 +1,135 @@
+"""Confidence and stopping: the model's own token probabilities summarised per rollout, the
+Beta stop, and self-consistency using them: it stops once its vote is settled and leaves the
+rest of the budget unspent, and a confidence rule can change which answer wins (or, without
+logprobs, falls back to the plain vote and says so)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rse_fast.answers.confidence import (
+    beta_leader_probability,
+    keep_most_confident,
+    rollout_confidence,
+    statistically_settled,
+    threshold_from_warmup,
+    token_confidences,
+    window_means,
+)
+from rse_fast.llm import LLMClient
+from rse_fast.methods import Problem, make_method
+from rse_fast.methods.voting import ConfidenceRule
+from rse_fast.testing import ScriptedServer
+from rse_fast.testing.server import Reply
+
+
+def test_token_confidence_is_the_negative_mean_of_the_top_k():
+    entry = {"token": "4", "logprob": -0.1, "top_logprobs": [
+        {"token": "4", "logprob": -0.1}, {"token": "5", "logprob": -2.5}]}  # fmt: skip
+    assert token_confidences({"content": [entry]}) == pytest.approx([1.3])
+    assert token_confidences({"content": [{"token": "4", "logprob": -0.1}]}) is None
+    assert token_confidences(None) is None and token_confidences({"content": []}) is None
+    peaked = Reply(content="a b c", token_probability=0.99).logprobs(5)
+    flat = Reply(content="a b c", token_probability=0.3).logprobs(5)
+    assert min(token_confidences(peaked)) > max(token_confidences(flat))
+
+
+def test_rollout_measures_find_the_stretch_where_it_was_lost():
+    conf = [5.0] * 40 + [0.5] * 8 + [5.0] * 40
+    summary = rollout_confidence(conf, window=8, tail=8)
+    assert summary.lowest_window == pytest.approx(0.5) and summary.tail == pytest.approx(5.0)
+    assert summary.mean == pytest.approx(sum(conf) / len(conf))
+    assert window_means([1.0, 3.0], 8) == [2.0]  # shorter than a window: one mean
+    with pytest.raises(ValueError, match="unknown confidence measure"):
+        summary.measure("median")
+
+
+def test_filters_and_thresholds_keep_the_most_confident():
+    assert keep_most_confident([0.1, 0.9, None, 0.5], 0.5) == [False, True, True, True]
+    assert keep_most_confident([0.1, 0.2], 0.01) == [False, True]  # at least one
+    assert threshold_from_warmup([1.0, 4.0, 3.0, 2.0], 0.5) == 3.0
+    with pytest.raises(ValueError):
+        keep_most_confident([1.0], 0.0)
+
+
+@pytest.mark.parametrize("votes", range(0, 9))
+def test_the_beta_probability_matches_its_closed_form(votes):
+    # Beta(a + 1, 1): P(p > 1/2) = 1 - 2^-(a + 1)
+    assert beta_leader_probability(votes, 0) == pytest.approx(1 - 2.0 ** -(votes + 1), abs=1e-4)
+
+
+def test_the_beta_stop_needs_a_clear_lead():
+    assert not statistically_settled([2.0], 0.05)  # 0.875: not yet
+    assert statistically_settled([5.0], 0.05)  # 0.984
+    assert not statistically_settled([5.0, 4.0], 0.05)
+    assert statistically_settled([14.0, 1.0], 0.01)
+    assert math.isclose(beta_leader_probability(3, 3), 0.5, abs_tol=1e-6)
+
+
+PROBLEM = Problem("p", "What is 2 + 2?", "4")
+
+
+async def test_sc_stops_once_settled_and_returns_the_rest_of_the_budget():
+    async with (
+        ScriptedServer(default_reply="So \\boxed{4}.") as srv,
+        LLMClient(srv.base_url, "m") as c,
+    ):
+        options = {"parallel": 2, "max_tokens": 32, "budget_mode": "cap"}
+        plain = await make_method("sc", **options).run(PROBLEM, 2000, c)
+        stopping = await make_method("sc", stop_epsilon=0.05, **options).run(PROBLEM, 2000, c)
+    assert stopping.final.answer == plain.final.answer == "4"
+    assert len(stopping.pool) <= 6 < len(plain.pool)
+    assert stopping.meta["early_stop"]["stopped"] and "beta" in stopping.meta["early_stop"]["rule"]
+    assert stopping.unspent > 1000 and stopping.tokens == stopping.ledger.total_tokens
+    assert stopping.unspent == 2000 - stopping.tokens
+
+
+def split_replies(body: dict, index: int) -> Reply:
+    """Two sure samples in eight answer 5, the unsure others 4."""
+    seed = int(body.get("seed") or 0)
+    if seed % 8 < 2:
+        return Reply(content="It is \\boxed{5}.", token_probability=0.99)
+    return Reply(content="Maybe it is \\boxed{4}.", token_probability=0.3)
+
+
+@pytest.mark.parametrize("logprobs", [True, False])
+async def test_a_confidence_rule_can_change_the_winner_or_says_it_could_not(logprobs):
+    server = ScriptedServer(default_reply=split_replies, logprobs_supported=logprobs)
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        options = {"parallel": 8, "max_tokens": 32, "budget_mode": "cap"}
+        plain = await make_method("sc", **options).run(PROBLEM, 8 * 40, c)
+        rule = ConfidenceRule(keep=0.25, weighted=False, window=4)  # the filter alone
+        confident = await make_method("sc", confidence=rule, **options).run(PROBLEM, 8 * 40, c)
+    assert len(plain.pool) >= 6 and len(confident.pool) >= 6
+    asked = srv.requests[-len(confident.pool) :]
+    assert all(b.get("logprobs") is True and b.get("top_logprobs") == 5 for b in asked)
+    assert plain.final.answer == "4"
+    if logprobs:
+        kept = f"kept 2 of {len(confident.pool)}"  # the two sure ones
+        assert confident.final.answer == "5" and kept in confident.meta["confidence"]
+    else:
+        assert confident.final.answer == "4"
+        assert confident.meta["confidence"].startswith("unavailable: plain vote")
+
+
+async def test_the_service_stops_a_settled_sc_and_reports_the_unspent_budget():
+    import aiohttp
+    from conftest import running_service
+
+    msg = [{"role": "user", "content": "What is 2 + 2?"}]
+    async with ScriptedServer(default_reply="So \\boxed{4}.") as up:
+        async with running_service(up) as (_svc, url), aiohttp.ClientSession() as s:
+            body = {"model": "sc:m", "messages": msg, "k": 2, "budget": 3000, "max_tokens": 32,
+                    "stop_epsilon": 0.05}  # fmt: skip
+            async with s.post(url + "/v1/chat/completions", json=body) as r:
+                data = await r.json()
+            assert r.status == 200, data
+            usage = data["usage"]
+            assert usage["budget_unspent"] == 3000 - usage["total_tokens"] > 2000
+            for bad in ({"model": "rse:m", "stop_epsilon": 0.1}, {"stop_epsilon": 0.9},
+                        {"confidence": "yes"}):  # fmt: skip
+                async with s.post(url + "/v1/chat/completions", json={**body, **bad}) as r:
+                    err = await r.json()
+                assert r.status == 400 and err["error"]["param"] in bad, err
