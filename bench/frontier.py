@@ -31,14 +31,15 @@ from rse_fast.answers import extract_answer, majority_vote
 from rse_fast.answers.confidence import (
     keep_most_confident,
     rollout_confidence,
-    statistically_settled,
     token_confidences,
 )
 from rse_fast.eval.datasets import load_dataset
-from rse_fast.eval.metrics import bootstrap_mean_ci
+from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 from rse_fast.llm import LLMClient
+from rse_fast.methods import Candidate
+from rse_fast.methods.voting import beta_settled
 
-from common import machine, read_jsonl, replace_readme_block, write_result
+from common import machine, read_jsonl, read_result, replace_readme_block, write_result
 
 HERE = Path(__file__).parent
 WORK = HERE / "results" / "frontier"
@@ -165,16 +166,15 @@ class Rule:
 
 
 def play(rule: Rule, order: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
-    """The grade the rule ends with on one drawn order, and the samples it paid for."""
+    """The grade the rule ends with on one drawn order, and the samples it paid for. The stop
+    is the library's (``methods.voting.beta_settled``): the Beta criterion, or no vote left
+    can change the winner."""
     drawn: list[dict[str, Any]] = []
     for s in order[: rule.k]:
         drawn.append(s)
         if rule.stop_epsilon is not None and len(drawn) >= 2:
-            counts: dict[str, float] = {}
-            for d in drawn:
-                if d["answer"] is not None:
-                    counts[d["answer"]] = counts.get(d["answer"], 0.0) + 1.0
-            if statistically_settled(list(counts.values()), rule.stop_epsilon):
+            pool = [Candidate(text=d["text"], answer=d["answer"]) for d in drawn]
+            if beta_settled(rule.stop_epsilon)(pool, rule.k - len(drawn)):
                 break
     scores = [confidence_of(s, rule.measure, rule.window) for s in drawn]
     keeps = keep_most_confident(scores, rule.keep)
@@ -210,52 +210,163 @@ def replay(rule: Rule, pools: list[dict[str, Any]], draws: int = 20, seed: int =
 
 
 BUDGETS = (2, 4, 8, 16)
+EPSILONS = (0.02, 0.05, 0.1, 0.2)
+KEEPS = (0.25, 0.5, 0.75)
+MEASURE_NAMES = ("mean", "lowest_window", "tail", "bottom10")
 
 
-def rules_for(k: int, dev: dict[str, Any] | None) -> dict[str, Rule]:
-    """The rules at ``k`` samples: settings chosen on the dev cell (defaults before it ran)."""
-    chosen = dev or {}
+def choose_on_dev(pools: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every rule's setting, from the dev pools alone, fixed before a test pool is read:
+    the stop's epsilon is the largest (cheapest) whose accuracy at the largest budget stays
+    within 1 point of SC's; the filter's measure and share and the weighting's measure are
+    the most accurate at the largest budget (ties: the first in the grid)."""
+    k = BUDGETS[-1]
+    sc = replay(Rule("sc", k), pools)["accuracy"]
+    stops = [e for e in EPSILONS if replay(Rule("s", k, stop_epsilon=e), pools)["accuracy"]
+             >= sc - 0.01]  # fmt: skip
+    filters = {
+        (m, keep): replay(Rule("f", k, keep=keep, measure=m), pools)["accuracy"]
+        for m in MEASURE_NAMES
+        for keep in KEEPS
+    }
+    weights = {m: replay(Rule("w", k, weighted=True, measure=m), pools)["accuracy"]
+               for m in MEASURE_NAMES}  # fmt: skip
+    measure, keep = max(filters, key=lambda key: filters[key])
+    return {
+        "epsilon": max(stops) if stops else min(EPSILONS),
+        "keep": keep,
+        "measure": measure,
+        "weight_measure": max(weights, key=lambda m: weights[m]),
+        "dev_accuracy_at_k16": {"sc": sc, "filters": {f"{m}@{kp}": v for (m, kp), v in
+                                                     filters.items()}, "weights": weights},
+    }  # fmt: skip
+
+
+def rules_for(k: int, chosen: dict[str, Any]) -> dict[str, Rule]:
+    """The rules at ``k`` samples, with the dev cell's settings."""
     return {
         "sc": Rule("sc", k),
-        "sc+stop": Rule("sc+stop", k, stop_epsilon=chosen.get("epsilon", 0.1)),
-        "sc+conf-filter": Rule(
-            "sc+conf-filter",
-            k,
-            keep=chosen.get("keep", 0.5),
-            measure=chosen.get("measure", "lowest_window"),
-        ),
+        "sc+stop": Rule("sc+stop", k, stop_epsilon=chosen["epsilon"]),
+        "sc+conf-filter": Rule("sc+conf-filter", k, keep=chosen["keep"], measure=chosen["measure"]),
         "sc+conf-weight": Rule(
-            "sc+conf-weight", k, weighted=True, measure=chosen.get("measure", "lowest_window")
+            "sc+conf-weight", k, weighted=True, measure=chosen["weight_measure"]
+        ),
+        "sc+stop+conf-filter": Rule(
+            "sc+stop+conf-filter",
+            k,
+            stop_epsilon=chosen["epsilon"],
+            keep=chosen["keep"],
+            measure=chosen["measure"],
         ),
     }
 
 
+def pooled_targets(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets over the test cells, paired by problem, in tokens."""
+    tests = [c for c in cells if c["split"] == "test"]
+    if not tests:
+        return {}
+    top = str(BUDGETS[-1])
+
+    def per_problem(method: str, k: str, key: str) -> list[float]:
+        return [x for c in tests for x in c["methods"][method][k][key]]
+
+    sc_acc = per_problem("sc", top, "per_problem")
+    sc_cost = per_problem("sc", top, "per_problem_tokens")
+    target = sum(sc_acc) / len(sc_acc)
+    # the cheapest (method, budget) whose pooled accuracy reaches SC's at its largest budget
+    options = [
+        (sum(per_problem(m, k, "per_problem_tokens")), m, k)
+        for m in tests[0]["methods"]
+        for k in tests[0]["methods"][m]
+        if sum(per_problem(m, k, "per_problem")) / len(sc_acc) >= target
+    ]
+    _, method, k = min(options)
+    cost = per_problem(method, k, "per_problem_tokens")
+    rng = random.Random(0)
+    ratios = []
+    for _ in range(2000):
+        idx = [rng.randrange(len(cost)) for _ in cost]
+        ratios.append(sum(cost[i] for i in idx) / sum(sc_cost[i] for i in idx))
+    ratios.sort()
+    savings = {
+        "method": method,
+        "budget_samples": int(k),
+        "ratio": sum(cost) / sum(sc_cost),
+        "ci95": [ratios[50], ratios[1949]],
+    }
+    # at each SC budget: the most accurate rule whose mean cost is at most SC's there
+    diffs: list[float] = []
+    per_budget = {}
+    for kk in map(str, BUDGETS):
+        sc_k = per_problem("sc", kk, "per_problem")
+        sc_spend = sum(per_problem("sc", kk, "per_problem_tokens"))
+        fits = [
+            (sum(per_problem(m, b, "per_problem")), m, b)
+            for m in tests[0]["methods"]
+            for b in tests[0]["methods"][m]
+            if sum(per_problem(m, b, "per_problem_tokens")) <= sc_spend
+        ]
+        _, m, b = max(fits)
+        best = per_problem(m, b, "per_problem")
+        d, ci = paired_difference(best, sc_k)
+        per_budget[kk] = {"method": m, "budget_samples": int(b), "diff": d, "ci95": list(ci)}
+        diffs += [x - y for x, y in zip(best, sc_k, strict=True)]
+    diff, ci = paired_difference(diffs, [0.0] * len(diffs))
+    return {
+        "problems": len(sc_acc),
+        "savings_at_sc_accuracy": savings,
+        "best_vs_sc_equal_cost": {"diff": diff, "ci95": list(ci), "by_budget": per_budget},
+        "rse_conf_vs_sc_conf": {
+            "diff": None,
+            "ci95": None,
+            "why": "not run: RSE changes what is sampled, so it needs live runs (no pool "
+            "replay), and none fitted in this session",
+        },
+    }
+
+
 def summarise() -> None:
+    dev_path = WORK / "dev-easy-0.5b" / "pools.jsonl"
+    dev_pools = read_jsonl(dev_path) if dev_path.exists() else []
+    if len(dev_pools) < CELLS["dev-easy-0.5b"].problems:
+        print("the dev cell is not complete: no rule is chosen, nothing is summarised")
+        return
+    chosen = choose_on_dev(dev_pools)
     cells = []
     for name, cell in CELLS.items():
         path = WORK / name / "pools.jsonl"
-        if not path.exists():
-            continue
-        pools = [r for r in read_jsonl(path)]
+        pools = read_jsonl(path) if path.exists() else []
         if not pools:
             continue
         methods: dict[str, dict[str, Any]] = {}
         for k in BUDGETS:
-            for rule in rules_for(k, None).values():
+            for rule in rules_for(k, chosen).values():
                 methods.setdefault(rule.name, {})[str(k)] = replay(rule, pools)
         samples = [s for r in pools for s in r["samples"]]
-        with_conf = sum(s["confidence"] is not None for s in samples)
         cached = sum(s["cached_tokens"] or 0 for s in samples)
         prompt = sum(s["prompt_tokens"] for s in samples)
+        meta = json.loads((WORK / name / "cell.json").read_text())
         cells.append({
             "cell": name, "split": cell.split, "model": cell.model, "task": cell.task,
-            "seed": cell.seed, "problems": len(pools), "samples_per_problem": cell.samples,
+            "seed": cell.seed, "problems": len(pools), "planned_problems": cell.problems,
+            "partial": len(pools) < cell.problems, "samples_per_problem": cell.samples,
+            "machine": meta["machine"],
             "single_sample_accuracy": sum(s["correct"] for s in samples) / len(samples),
-            "confidence_share": with_conf / len(samples),
+            "confidence_share": sum(s["confidence"] is not None for s in samples) / len(samples),
             "cached_prompt_share": cached / prompt if prompt else None,
             "methods": methods,
         })  # fmt: skip
-    write_result("frontier", {"cells": cells, "budgets_samples": list(BUDGETS)})
+    cache = read_result("distill_cache") or {}
+    payload = {
+        "chosen_on_dev": chosen,
+        "budgets_samples": list(BUDGETS),
+        "cost_units": ["tokens", "time"],
+        "cells": cells,
+        "pooled": pooled_targets(cells),
+        "distill_cached_share": cache.get("distill_cached_share"),
+    }
+    write_result("frontier", payload)
     replace_readme_block("frontier", table(cells), "## Accuracy per cost: stopping, confidence")
     print(table(cells))
 

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from rse_fast.encoder import Encoder
 from rse_fast.llm.client import LLMClient
-from rse_fast.prompts import DISTILL_SYSTEM
+from rse_fast.prompts import is_distillation
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE
 
@@ -60,7 +60,7 @@ def reply(body: dict[str, Any], index: int) -> str:
     statement every rollout repeats (so dedup has work to do)."""
     seed = int(body.get("seed") or 0)
     r, i = divmod(seed, 1000)
-    if body["messages"][0]["content"] == DISTILL_SYSTEM:
+    if is_distillation(body["messages"]):
         topic = TOPICS[(i + r) % len(TOPICS)]
         return json.dumps(
             {

@@ -9,7 +9,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from rse_fast.prompts import DISTILL_SYSTEM
+from rse_fast.prompts import is_distillation
 from rse_fast.testing import ScriptedServer
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -22,7 +22,7 @@ def python_blocks() -> list[str]:
 
 def reply(body: dict, index: int) -> str:
     messages = body["messages"]
-    if messages[0]["content"] == DISTILL_SYSTEM:
+    if is_distillation(messages):
         return json.dumps(
             {
                 "positive": ["360 = 2^3 * 3^2 * 5, so it has (3+1)(2+1)(1+1) divisors."],
@@ -53,7 +53,7 @@ async def test_readme_rse_example_runs():
     async with ScriptedServer(default_reply=reply) as srv:
         printed = await run_block(python_blocks()[0], srv.base_url)
     assert printed.startswith("24 [1.0, 1.0, 1.0, 1.0]")
-    solves = [b for b in srv.requests if b["messages"][0]["content"] != DISTILL_SYSTEM]
+    solves = [b for b in srv.requests if not is_distillation(b["messages"])]
     assert len(solves) == 4 * 32 and {b["model"] for b in solves} == {"Qwen/Qwen2.5-7B-Instruct"}
 
 

@@ -124,6 +124,27 @@ def answer_split(answers: Sequence[str | None], own: str | None = None) -> str:
     return text + (f"; this attempt: {own if own is not None else 'no answer'}" if own else "")
 
 
+def _distill_ask(max_items: int, max_words: int, style: DistillFormat) -> str:
+    if style == "compact":
+        return (
+            f"Write at most {max_items} short lines (under {max_words} words each) in each "
+            'list. "propositions": results the attempt derived that you re-checked and found '
+            'right, numbers included, each with how it follows. "pitfalls": steps the attempt '
+            "actually took that are wrong, each naming the step and why it fails. Each line "
+            "must stand alone: name the quantities. Leave a list empty when there is nothing "
+            "sure to add; a correct attempt has no pitfalls."
+        )
+    return (
+        f"At most {max_items} items per list, all fields of an item under {max_words} "
+        'words together. "propositions": results the attempt derived that you re-checked '
+        "and found right, numbers included (statement; conditions; source: how it was "
+        'derived). "pitfalls": steps the attempt actually took that are wrong (context; '
+        "kind: dead end, fatal flaw or risk; trigger; action: the wrong step; consequence). "
+        "Fill only the fields you can; leave a list empty when there is nothing sure to "
+        "add; a correct attempt has no pitfalls."
+    )
+
+
 def distill_messages(
     problem: str,
     response: str,
@@ -145,27 +166,56 @@ def distill_messages(
         attempt += "\n(cut off by its length limit)"
     if split:
         attempt += f"\n\nFinal answers of all attempts this round: {split}."
-    if style == "compact":
-        ask = (
-            f"Write at most {max_items} short lines (under {max_words} words each) in each "
-            'list. "propositions": results the attempt derived that you re-checked and found '
-            'right, numbers included, each with how it follows. "pitfalls": steps the attempt '
-            "actually took that are wrong, each naming the step and why it fails. Each line "
-            "must stand alone: name the quantities. Leave a list empty when there is nothing "
-            "sure to add; a correct attempt has no pitfalls."
-        )
-    else:
-        ask = (
-            f"At most {max_items} items per list, all fields of an item under {max_words} "
-            'words together. "propositions": results the attempt derived that you re-checked '
-            "and found right, numbers included (statement; conditions; source: how it was "
-            'derived). "pitfalls": steps the attempt actually took that are wrong (context; '
-            "kind: dead end, fatal flaw or risk; trigger; action: the wrong step; consequence). "
-            "Fill only the fields you can; leave a list empty when there is nothing sure to "
-            "add; a correct attempt has no pitfalls."
-        )
+    ask = _distill_ask(max_items, max_words, style)
     user = f"Problem:\n{problem.strip()}\n\n{attempt}\n\n{ask}"
     return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
+
+
+def is_distillation(messages: Sequence[Message]) -> bool:
+    """Whether a request is a distillation, in either form (a fresh prompt under the
+    distiller's system turn, or the ask that continues a rollout's conversation)."""
+    if not messages:
+        return False
+    last = str(messages[-1].get("content") or "")
+    return messages[0].get("content") == DISTILL_SYSTEM or (
+        messages[-1].get("role") == "user" and DISTILL_SYSTEM in last
+    )
+
+
+def distill_continuing_messages(
+    rollout: Sequence[Message],
+    response: str,
+    max_items: int,
+    max_words: int,
+    reasoning: str | None = None,
+    truncated: bool = False,
+    *,
+    style: DistillFormat = "compact",
+    split: str | None = None,
+) -> list[Message]:
+    """Distil(x, ω) as the next turn of the rollout's own conversation: its exact prompt, the
+    reply as the assistant turn, then the ask. A server's prefix cache (llama.cpp's slots,
+    vLLM's and SGLang's prefix caches) already holds that prefix, so only the ask is
+    prefilled; a fresh prompt pasting the rollout is prefilled in full."""
+    notes = []
+    if reasoning:
+        notes.append(f"The reasoning behind that reply was:\n{reasoning.strip()}")
+    if truncated:
+        notes.append("That reply was cut off by its length limit.")
+    if split:
+        notes.append(f"Final answers of all attempts this round: {split}.")
+    ask = (
+        "Now step back and review the reply above as someone else's attempt. "
+        + DISTILL_SYSTEM
+        + "\n\n"
+        + "".join(f"{n}\n\n" for n in notes)
+        + _distill_ask(max_items, max_words, style)
+    )
+    return [
+        *rollout,
+        {"role": "assistant", "content": response},
+        {"role": "user", "content": ask},
+    ]
 
 
 def distill_batch_messages(

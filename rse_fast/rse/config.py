@@ -69,6 +69,10 @@ class RSEConfig:
         max_experiences_per_rollout, max_words_per_experience, max_chars_per_experience:
             what one distillation may add per type, and how long each statement may be (small
             distillers fill lists to the cap, so the default is small).
+        distill_continues: a rollout's distillation is the next turn of the rollout's own
+            conversation (its prompt, the reply, then the ask), so the server's prefix cache
+            serves the rollout instead of prefilling it again; False: a fresh prompt that
+            pastes the rollout (each distillation: batch mode always pastes).
         attempt_max_tokens: the distiller sees the rollout's reasoning trace and final response
             clipped to this many tokens (head and tail kept).
         bank_token_budget, max_rendered_per_type: how much of the bank the prompt shows
@@ -119,6 +123,7 @@ class RSEConfig:
     distill_max_tokens: int | None = None
     distill_length_ratio: float = 0.75
     distill_format: Literal["compact", "structured"] = "compact"
+    distill_continues: bool = True
     distill_final_round: bool = False
     distill_sees_votes: bool = False
     distill_mode: Literal["each", "batch"] = "each"

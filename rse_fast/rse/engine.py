@@ -27,6 +27,7 @@ from rse_fast.llm.types import Message
 from rse_fast.prompts import (
     answer_split,
     distill_batch_messages,
+    distill_continuing_messages,
     distill_messages,
     distill_schema,
     solve_messages,
@@ -426,7 +427,9 @@ class RSE:
         early: dict[str, asyncio.Future[np.ndarray]] = {}
         rollout_tokens = res.usage.completion_tokens or self.client.count_tokens(res.text)
         try:
-            parsed = await self._distill(problem, rec, r, seed, early, rollout_tokens, votes)
+            parsed = await self._distill(
+                problem, rec, r, seed, early, rollout_tokens, votes, rollout=messages
+            )
         except BaseException:
             _release(early)
             raise
@@ -571,6 +574,7 @@ class RSE:
         early: dict[str, asyncio.Future[np.ndarray]],
         rollout_tokens: int = 0,
         votes: str | None = None,
+        rollout: list[Message] | None = None,
     ) -> Distilled | None:
         """Distil one rollout, asking again (new seed) while the reply does not parse, up to
         ``distill_retries`` times. Sets ``rec.distill`` to failed/unparseable when it gives up.
@@ -578,22 +582,21 @@ class RSE:
         cfg = self.config
         client = self._distiller()
         count = client.count_tokens
-        messages = distill_messages(
-            problem,
-            clip_tokens(
-                rec.text,
-                cfg.attempt_max_tokens // 4 if rec.reasoning else cfg.attempt_max_tokens,
-                count,
-            ),
-            cfg.max_experiences_per_rollout,
-            cfg.max_words_per_experience,
-            reasoning=clip_tokens(rec.reasoning, cfg.attempt_max_tokens, count)
-            if rec.reasoning
-            else None,
-            truncated=rec.truncated,
-            style=cfg.distill_format,
-            split=votes,
-        )
+        limit = cfg.attempt_max_tokens
+        shown = clip_tokens(rec.text, limit // 4 if rec.reasoning else limit, count)
+        reasoning = clip_tokens(rec.reasoning, limit, count) if rec.reasoning else None
+        items, words = cfg.max_experiences_per_rollout, cfg.max_words_per_experience
+        if cfg.distill_continues and rollout is not None and self.distill_client is None:
+            # the same server and model saw the rollout: its prefix cache holds this prefix
+            messages = distill_continuing_messages(
+                rollout, shown, items, words, reasoning, rec.truncated,
+                style=cfg.distill_format, split=votes,
+            )  # fmt: skip
+        else:
+            messages = distill_messages(
+                problem, shown, items, words, reasoning, rec.truncated,
+                style=cfg.distill_format, split=votes,
+            )  # fmt: skip
         params, schema = self._distill_request(r, rollout_tokens)
         for attempt in range(cfg.distill_retries + 1):
             rec.distill_tries += 1

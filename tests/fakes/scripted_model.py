@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rse_fast.prompts import DISTILL_SYSTEM, SOLVE_SYSTEM
+from rse_fast.prompts import SOLVE_SYSTEM, is_distillation
 
 PROBLEM = "What is 27 + 15? Mind the carry."
 GOLD = "42"
@@ -18,11 +18,19 @@ MECHANISM = {"settle_margin": None, "min_support_shown": 1, "distill_final_round
 
 
 def is_distill(body: dict) -> bool:
-    return body["messages"][0]["content"] == DISTILL_SYSTEM
+    return is_distillation(body["messages"])
 
 
 def is_solve(body: dict) -> bool:
-    return body["messages"][0]["content"].startswith(SOLVE_SYSTEM)
+    return body["messages"][0]["content"].startswith(SOLVE_SYSTEM) and not is_distill(body)
+
+
+def attempt_of(body: dict) -> str:
+    """The attempt a distillation reads: the assistant turn it continues, or the pasted one."""
+    messages = body["messages"]
+    if len(messages) >= 2 and messages[-2]["role"] == "assistant":
+        return messages[-2]["content"]
+    return messages[-1]["content"]
 
 
 def is_guided(body: dict) -> bool:
@@ -48,7 +56,7 @@ def solve_reply(body: dict, _: int) -> str:
 
 def distill_reply(body: dict, _: int) -> str:
     i = rollout_index(body)
-    negative = [PITFALL] if "boxed{32}" in body["messages"][-1]["content"] else []
+    negative = [PITFALL] if "boxed{32}" in attempt_of(body) else []
     positive = [FACT, f"Observation number {i} about rollout-specific detail {i * 7919}."]
     return json.dumps({"positive": positive, "negative": negative})
 

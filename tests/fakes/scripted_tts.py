@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rse_fast.prompts import DISTILL_SYSTEM, JUDGE_SYSTEM
+from rse_fast.prompts import JUDGE_SYSTEM, is_distillation
 
 PROBLEM = "What is 6 times 7?"
 GOLD = "42"
@@ -20,7 +20,7 @@ def reply(body: dict, index: int) -> str:
         return json.dumps({"score": 9 if "boxed{42}" in user else 3})
     if system.startswith(JUDGE_SYSTEM[:40]):  # critique
         return "The product is wrong: six times seven is forty-two."
-    if system == DISTILL_SYSTEM:
+    if is_distillation(body["messages"]):
         return json.dumps(
             {
                 "positive": ["6 times 7 equals 42."],

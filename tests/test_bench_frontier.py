@@ -1,0 +1,36 @@
+"""The frontier's replay: each offline rule is charged for the samples it drew, the stop is
+the library's, and the pooled targets pair problems; from pools we write here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import frontier  # noqa: E402
+
+
+def sample(answer: str, correct: float, conf: float, tokens: int = 100) -> dict:
+    return {"text": f"\\boxed{{{answer}}}", "answer": answer, "correct": correct,
+            "prompt_tokens": 50, "cached_tokens": 40, "completion_tokens": tokens - 50,
+            "prefill_s": 0.1, "decode_s": 1.0, "confidence": [conf] * 40}  # fmt: skip
+
+
+def test_a_stop_pays_only_for_what_it_drew_and_a_filter_keeps_the_sure():
+    unanimous = [sample("4", 1.0, 3.0) for _ in range(16)]
+    grade, paid = frontier.play(frontier.Rule("s", 16, stop_epsilon=0.05), unanimous)
+    assert grade == 1.0 and len(paid) == 4  # Beta(4 + 1, 1): 1 - 2^-5 > 0.95; at 3: 0.94
+    grade, paid = frontier.play(frontier.Rule("sc", 16), unanimous)
+    assert len(paid) == 16
+    split = [sample("5", 0.0, 0.5) for _ in range(10)] + [sample("4", 1.0, 4.0) for _ in range(6)]
+    assert frontier.play(frontier.Rule("sc", 16), split)[0] == 0.0
+    assert frontier.play(frontier.Rule("f", 16, keep=0.25), split)[0] == 1.0
+
+
+def test_replay_charges_tokens_and_server_time_per_problem():
+    pools = [{"id": "p", "samples": [sample("4", 1.0, 3.0, tokens=120) for _ in range(16)]}]
+    out = frontier.replay(frontier.Rule("sc", 4), pools, draws=3)
+    assert out["accuracy"] == 1.0 and out["cost_tokens"] == 4 * 120
+    assert out["cost_time"] == 4 * 1.1 and out["per_problem_tokens"] == [480.0]
