@@ -89,3 +89,12 @@ def test_unknown_method_option_names_it_and_the_valid_ones():
 def test_method_is_abstract():
     with pytest.raises(TypeError, match="abstract"):
         rse_fast.Method()  # type: ignore[abstract]
+
+
+def test_make_method_documents_every_rse_variant():
+    from rse_fast.methods.catalog import make_method
+    from rse_fast.methods.rse_method import VARIANTS
+
+    doc = make_method.__doc__ or ""
+    missing = [v for v in VARIANTS if f"``{v}``" not in doc]
+    assert missing == []

@@ -48,8 +48,14 @@ def make_method(name: str, **options: Any) -> Method:
     Args:
         name: one of ``sc`` (majority vote), ``bon`` (best-of-N with a verifier), ``beam``,
             ``particle``, ``refine``, ``fusion``, ``rse``, or an RSE ablation variant
-            ``rse:<variant>`` (``neg-only``, ``pos-only``, ``no-dedup``, ``replace-longer``,
-            ``guided``, ``last``).
+            ``rse:<variant>``, each one change to the defaults: ``support-1`` (items seen once
+            are shown), ``no-settle`` (never stop guiding), ``rules`` (the rules framing),
+            ``short`` (the one-line framing), ``structured`` (the structured item format),
+            ``votes`` (the distiller sees the round's answer split), ``batch`` (one
+            distillation per round), ``neg-only``, ``pos-only``, ``no-dedup``,
+            ``replace-longer`` (a longer new item replaces the kept one), ``guided`` and
+            ``last`` (the answer from guided rounds, or the last round, only), ``pasted``
+            (distillation as a fresh prompt pasting the rollout).
         options: the family's keyword options (``parallel``, ``max_tokens``, ``temperature``,
             ``seed`` for all; ``judge`` for bon/beam/particle; ``k``, ``encoder`` for rse, …).
 

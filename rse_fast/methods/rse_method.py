@@ -36,6 +36,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "replace-longer": {"dedup_policy": "replace-longer", "dedup_order": "longest"},
     "guided": {"select_from": "guided"},
     "last": {"select_from": "last"},
+    "pasted": {"distill_continues": False},  # the distillation prompt before 2026-12-03
 }
 
 

@@ -1,0 +1,94 @@
+"""The service's ``sc:`` on a problem whose answer is settled at once: wall time with the
+statistical stop against without it (what ``sc:`` does today: it spends its whole budget), in
+one run, requests alternating.
+
+    python bench/stopping.py --quick       # < 60 s -> results/stopping_quick.json
+
+The scripted server answers like a small model on a 2-core machine would at realistic speed:
+0.2 s to the first token and 60 tokens/s, every sample the same answer. Target: with
+``stop_epsilon`` the request takes <= 60% of the wall time without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rse_fast.serve import ServeConfig, Service
+from rse_fast.testing import ScriptedServer
+
+from common import write_result
+
+REPLY = "Add the units, then the tens: seven plus five is twelve, so the sum is \\boxed{12}."
+BODY = {"messages": [{"role": "user", "content": "What is 7 + 5?"}], "k": 4, "budget": 4000,
+        "max_tokens": 64}  # fmt: skip
+
+
+async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict:
+    t0 = time.perf_counter()
+    async with session.post(url, json=body) as r:
+        data = await r.json()
+    if r.status != 200:
+        raise SystemExit(f"the service answered {r.status}: {data}")
+    return {"wall_s": time.perf_counter() - t0, "usage": data["usage"]}
+
+
+async def run(repeats: int) -> dict[str, Any]:
+    upstream = ScriptedServer(default_reply=REPLY, latency=0.2, stream_tokens_per_s=60)
+    async with upstream as up:
+        service = Service(ServeConfig([up.base_url]))
+        runner = web.AppRunner(service.app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1/chat/completions"
+        out: dict[str, list[dict]] = {"today": [], "stop": []}
+        try:
+            async with aiohttp.ClientSession() as session:
+                await timed(session, url, {**BODY, "model": "sc:m"})  # warm-up
+                for _ in range(repeats):
+                    out["today"].append(await timed(session, url, {**BODY, "model": "sc:m"}))
+                    stopping = {**BODY, "model": "sc:m", "stop_epsilon": 0.05}
+                    out["stop"].append(await timed(session, url, stopping))
+        finally:
+            await runner.cleanup()
+    today = statistics.median(x["wall_s"] for x in out["today"])
+    stop = statistics.median(x["wall_s"] for x in out["stop"])
+    return {
+        "repeats": repeats,
+        "upstream": {"first_token_s": 0.2, "tokens_per_s": 60},
+        "body": BODY,
+        "today_wall_s": today,
+        "stop_wall_s": stop,
+        "wall_ratio": stop / today,
+        "today_tokens": statistics.median(x["usage"]["total_tokens"] for x in out["today"]),
+        "stop_tokens": statistics.median(x["usage"]["total_tokens"] for x in out["stop"]),
+        "stop_budget_unspent": statistics.median(x["usage"]["budget_unspent"] for x in out["stop"]),
+        "samples": out,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    payload = asyncio.run(run(3 if args.quick else 10))
+    payload["wall_s"] = time.perf_counter() - t0
+    path = write_result("stopping_quick" if args.quick else "stopping", payload)
+    for k in ("today_wall_s", "stop_wall_s", "wall_ratio", "today_tokens", "stop_tokens"):
+        print(f"{k}: {payload[k]}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
