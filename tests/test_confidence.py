@@ -133,3 +133,30 @@ async def test_the_service_stops_a_settled_sc_and_reports_the_unspent_budget():
                 async with s.post(url + "/v1/chat/completions", json={**body, **bad}) as r:
                     err = await r.json()
                 assert r.status == 400 and err["error"]["param"] in bad, err
+
+
+def sure_or_not(body: dict, index: int) -> Reply:
+    """Even seeds: a sure reply; odd: an unsure one, as long, with another answer."""
+    words = " ".join(["step"] * 40)
+    if int(body.get("seed") or 0) % 2 == 0:
+        return Reply(content=f"{words} so \\boxed{{4}}.", token_probability=0.99)
+    return Reply(content=f"{words} so \\boxed{{5}}.", token_probability=0.3)
+
+
+async def test_online_rule_stops_unsure_samples_mid_stream_and_books_them():
+    """The first wave sets the threshold; later samples stream with their logprobs and an
+    unsure one is stopped once a window of its tokens falls below it: it does not vote, and
+    what it streamed is paid for and booked."""
+    rule = ConfidenceRule(keep=0.5, weighted=False, window=8, online=True)
+    async with ScriptedServer(default_reply=sure_or_not) as srv, LLMClient(srv.base_url, "m") as c:
+        method = make_method("sc", parallel=4, max_tokens=64, confidence=rule)
+        res = await method.run(PROBLEM, 12 * 60, c)
+    stopped = [x for x in res.pool if x.origin == "stopped-unsure"]
+    assert res.meta["online"]["threshold"] is not None and res.meta["online"]["stopped"] > 0
+    assert len(stopped) == res.meta["online"]["stopped"] and all(x.answer is None for x in stopped)
+    full = [x for x in res.pool if x.origin == "sample"]
+    assert all(0 < x.cost < min(f.cost for f in full) for x in stopped)
+    assert res.tokens == res.ledger.total_tokens == sum(x.cost for x in res.pool)
+    assert res.final.answer == "4"
+    streamed = [b for b in srv.requests if b.get("stream")]
+    assert streamed and all(b.get("logprobs") is True for b in streamed)

@@ -577,3 +577,25 @@ async def test_last_round_is_distilled_only_when_the_bank_is_wanted(
             result = await rse.solve(PROBLEM, bank=bank, keep_bank=keep)
     assert all(x.distill != "skipped" for x in result.rounds[0].rollouts)
     assert all((x.distill != "skipped") is last_distilled for x in result.rounds[1].rollouts)
+
+
+@pytest.mark.parametrize("cache", [None, "llama.cpp"])
+async def test_distillation_continues_the_rollout_where_the_server_caches(encoder, cache):
+    """By default a distillation continues its rollout's conversation once the server has
+    reported cached prompt tokens (its prefix cache then serves the rollout), and pastes the
+    rollout into a fresh prompt where no cache was seen (fewer tokens to read there)."""
+    server = ScriptedServer(default_reply=reply, prefix_cache=cache)
+    async with server as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=3, k=4)
+        async with rse.client:
+            await rse.solve(PROBLEM, gold=GOLD)
+            records = list(rse.client.ledger.records)
+    distills = [b for b in srv.requests if is_distill(b)]
+    continuing = [b["messages"][-2]["role"] == "assistant" for b in distills]
+    if cache is None:
+        assert distills and not any(continuing)
+        return
+    assert sum(continuing) >= len(distills) - 4  # round 1 may go before any cache was seen
+    late = [r for r in records if r.role == "distill"][4:]
+    cached = sum(r.cached_tokens or 0 for r in late) / sum(r.prompt_tokens for r in late)
+    assert cached > 0.8, cached

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -359,7 +359,7 @@ class LLMClient:
 
     async def stream_json(
         self, messages: Sequence[Message], schema: dict[str, Any], **params: Any
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """``stream`` with JSON-schema constrained output where the server has it, falling
         back as ``chat_json`` does (a rejection comes before the first event, so nothing
         has been yielded when it is asked again)."""
@@ -384,7 +384,7 @@ class LLMClient:
         task: str | None = None,
         include_usage: bool = True,
         **params: Any,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream one choice as :class:`StreamEvent` deltas; the last event has ``done=True``
         and the call's usage (reported, or estimated from the text when the server sent none).
 
@@ -423,8 +423,13 @@ class LLMClient:
             if endpoint:  # broke mid-stream (failures before the first byte are traced already)
                 self._trace_failure(body, exc)
             raise
-        except BaseException:  # cancelled mid-stream: what streamed so far was spent
-            self._release(grant, self._streamed_so_far(body, content, reasoning))
+        except BaseException:  # cancelled or closed mid-stream: what streamed so far was spent
+            spent = self._streamed_so_far(body, content, reasoning)
+            self._release(grant, spent)
+            if spent:  # paid for, so booked (an estimate: the server sent no usage)
+                prompt = count_prompt_tokens(body["messages"], self.count_tokens)
+                usage = Usage(prompt, spent - prompt, "estimated")
+                self.ledger.record_usage(role, usage, time.perf_counter() - t0, endpoint, 1, task)
             raise
         text, thought = "".join(content), "".join(reasoning)
         if usage is None:

@@ -165,6 +165,7 @@ def parse_chunk(data: dict[str, Any], endpoint: str = "") -> list[StreamEvent]:
                     reasoning=_reasoning(delta) or "",
                     tool_calls=_tool_calls(delta.get("tool_calls")),
                     finish_reason=c.get("finish_reason"),
+                    logprobs=c.get("logprobs"),
                     raw=data,
                 )
             )

@@ -98,6 +98,8 @@ class StreamEvent:
     finish_reason: str | None = None
     done: bool = False
     usage: Usage | None = None
+    #: this delta's tokens' logprobs (``{"content": [...]}``), when they were asked for
+    logprobs: Any = None
     raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property

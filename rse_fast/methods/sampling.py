@@ -9,10 +9,11 @@ import asyncio
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, majority_vote, off_loop
+from rse_fast.answers.confidence import rollout_confidence, token_confidences
 from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
@@ -32,6 +33,7 @@ from rse_fast.methods.base import (
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.voting import (
     ConfidenceRule,
+    OnlineGate,
     beta_settled,
     confident_vote,
     settled,
@@ -52,9 +54,11 @@ async def sample(
     i: int,
     role: str = "explore",
     confidence: ConfidenceRule | None = None,
+    on_logprobs: Callable[[Any], None] | None = None,
 ) -> Candidate:
     """One sample. With a ``confidence`` rule the call asks for the top-k logprobs and the
-    candidate's ``confidence`` score is the rule's measure (absent when the server sent none)."""
+    candidate's ``confidence`` score is the rule's measure (absent when the server sent none);
+    ``on_logprobs`` sees them too (the online rule's warm-up)."""
     res = await client.chat(
         problem.messages(),
         role=role,
@@ -78,6 +82,51 @@ async def sample(
         score = confidence.score(res.choices[0].logprobs)
         if score is not None:
             cand.scores["confidence"] = score
+        if on_logprobs is not None:
+            on_logprobs(res.choices[0].logprobs)
+    return cand
+
+
+async def sample_online(
+    method: Method, client: LLMClient, problem: Problem, i: int, gate: OnlineGate
+) -> Candidate:
+    """One sample under DeepConf's online rule: before the threshold is set (the first wave)
+    a plain sample that teaches the gate; after it, a streamed one stopped the moment its
+    window confidence falls below the threshold. A stopped sample's tokens are booked (the
+    stream's estimate) and it has no answer, so it does not vote."""
+    rule = gate.rule
+    if not gate.ready():
+        return await sample(method, client, problem, i, confidence=rule, on_logprobs=gate.learn)
+    text: list[str] = []
+    confidences: list[float] = []
+    stream = client.stream(
+        problem.messages(),
+        role="explore",
+        task=f"c{i}",
+        seed=method.seed + i,
+        temperature=method.temperature,
+        max_tokens=method.max_tokens,
+        logprobs=True,
+        top_logprobs=rule.top_logprobs,
+    )
+    stopped = False
+    try:
+        async for event in stream:
+            text.append(event.delta)
+            confidences += token_confidences(event.logprobs) or []
+            if gate.unsure(confidences):
+                stopped = True
+                break
+    finally:
+        await stream.aclose()
+    cost = _task_tokens(client.ledger, f"c{i}")  # this sample's calls alone
+    if stopped:
+        gate.stopped += 1
+        return Candidate(text="".join(text), cost=cost, origin="stopped-unsure")
+    cand = Candidate.of("".join(text), cost=cost, origin="sample")
+    summary = rollout_confidence(confidences, rule.window, rule.window)
+    if summary is not None:
+        cand.scores["confidence"] = summary.measure(rule.measure)
     return cand
 
 
@@ -202,8 +251,12 @@ class SelfConsistency(Method):
         c = await self.metered(client, budget, problem)
         early = EarlyStop(self._settled(problem)) if self.early_stop else None
         estimate = sample_cost(self, c, problem)
+        rule = self.confidence
+        gate = OnlineGate(rule) if rule is not None and rule.online else None
         pool = await in_waves(
-            lambda i: sample(self, c, problem, i, confidence=self.confidence),
+            (lambda i: sample_online(self, c, problem, i, gate))
+            if gate is not None
+            else (lambda i: sample(self, c, problem, i, confidence=rule)),
             Spend(c.ledger, budget),
             self.planned_cost(estimate),
             self.parallel,
@@ -212,6 +265,8 @@ class SelfConsistency(Method):
         )
         self.learn(pool, estimate, c.ledger.total_tokens)
         final, meta = await off_loop(self._final, problem, pool)
+        if gate is not None:
+            meta["online"] = {"threshold": gate.threshold, "stopped": gate.stopped}
         if early is not None:
             meta["early_stop"] = {
                 "stopped": early.stopped,

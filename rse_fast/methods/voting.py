@@ -6,7 +6,7 @@ token probabilities (``rse_fast.answers.confidence``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rse_fast.answers import answers_equivalent, majority_vote
@@ -15,6 +15,7 @@ from rse_fast.answers.confidence import (
     keep_most_confident,
     rollout_confidence,
     statistically_settled,
+    threshold_from_warmup,
     token_confidences,
 )
 from rse_fast.methods.base import Candidate
@@ -90,6 +91,10 @@ class ConfidenceRule:
     measure: str = "lowest_window"
     window: int = 32
     top_logprobs: int = 5
+    #: DeepConf online: the first wave sets a threshold (the confidence the ``keep`` share
+    #: clears), and a later sample whose window confidence falls below it is stopped
+    #: mid-stream (its tokens are paid for and booked; it does not vote)
+    online: bool = False
 
     def __post_init__(self) -> None:
         if self.measure not in MEASURES:
@@ -100,3 +105,32 @@ class ConfidenceRule:
     def score(self, logprobs: Any) -> float | None:
         summary = rollout_confidence(token_confidences(logprobs), self.window, self.window)
         return summary.measure(self.measure) if summary else None
+
+
+@dataclass
+class OnlineGate:
+    """The online rule's state in one run: the warm-up's window confidences, and the
+    threshold they set once the first wave is in."""
+
+    rule: ConfidenceRule
+    warmup: list[float] = field(default_factory=list)
+    threshold: float | None = None
+    stopped: int = 0
+
+    def learn(self, logprobs: Any) -> None:
+        summary = rollout_confidence(token_confidences(logprobs), self.rule.window, 1)
+        if summary is not None:
+            self.warmup.append(summary.lowest_window)
+
+    def ready(self) -> bool:
+        """Whether a threshold is set (it is, from the warm-up, as a later wave starts)."""
+        if self.threshold is None and self.warmup:
+            self.threshold = threshold_from_warmup(self.warmup, self.rule.keep)
+        return self.threshold is not None
+
+    def unsure(self, confidences: Sequence[float]) -> bool:
+        """Whether a streaming sample's last window has fallen below the threshold."""
+        w = self.rule.window
+        if self.threshold is None or len(confidences) < w:
+            return False
+        return sum(confidences[-w:]) / w < self.threshold

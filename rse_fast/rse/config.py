@@ -71,8 +71,11 @@ class RSEConfig:
             distillers fill lists to the cap, so the default is small).
         distill_continues: a rollout's distillation is the next turn of the rollout's own
             conversation (its prompt, the reply, then the ask), so the server's prefix cache
-            serves the rollout instead of prefilling it again; False: a fresh prompt that
-            pastes the rollout (each distillation: batch mode always pastes).
+            serves the rollout instead of prefilling it again; it re-reads the rollout's
+            prompt (bank block included), so it costs more *tokens* than a fresh prompt that
+            pastes the rollout, and less time and money where a cache serves it. None
+            (default): continue once the server has reported cached prompt tokens on this
+            run's calls, paste otherwise; batch mode always pastes.
         attempt_max_tokens: the distiller sees the rollout's reasoning trace and final response
             clipped to this many tokens (head and tail kept).
         bank_token_budget, max_rendered_per_type: how much of the bank the prompt shows
@@ -123,7 +126,7 @@ class RSEConfig:
     distill_max_tokens: int | None = None
     distill_length_ratio: float = 0.75
     distill_format: Literal["compact", "structured"] = "compact"
-    distill_continues: bool = True
+    distill_continues: bool | None = None
     distill_final_round: bool = False
     distill_sees_votes: bool = False
     distill_mode: Literal["each", "batch"] = "each"

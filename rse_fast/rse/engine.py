@@ -512,6 +512,13 @@ class RSE:
             lead.vectors = await self.encoder.aencode([c.text for c in lead.candidates])
         lead.returned_at = lead.encoded_at = time.perf_counter()
 
+    def _continues(self) -> bool:
+        """Whether a distillation continues its rollout's conversation: as configured, or
+        (None) once the server has shown it caches prompts (a call reported cached tokens)."""
+        if self.config.distill_continues is not None:
+            return self.config.distill_continues
+        return any(r.cached_tokens for r in self.client.ledger.records)
+
     def _distiller(self) -> LLMClient:
         """The client distillations go to, booked in the run's ledger."""
         if self.distill_client is None:
@@ -586,7 +593,7 @@ class RSE:
         shown = clip_tokens(rec.text, limit // 4 if rec.reasoning else limit, count)
         reasoning = clip_tokens(rec.reasoning, limit, count) if rec.reasoning else None
         items, words = cfg.max_experiences_per_rollout, cfg.max_words_per_experience
-        if cfg.distill_continues and rollout is not None and self.distill_client is None:
+        if rollout is not None and self.distill_client is None and self._continues():
             # the same server and model saw the rollout: its prefix cache holds this prefix
             messages = distill_continuing_messages(
                 rollout, shown, items, words, reasoning, rec.truncated,

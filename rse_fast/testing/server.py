@@ -571,17 +571,24 @@ class ScriptedServer:
         loop = asyncio.get_running_loop()
         start = loop.time()
 
+        top = max(1, int(body.get("top_logprobs") or 1))
+        content_logprobs = iter(reply.logprobs(top)["content"]) if reply.content else iter(())
+        with_logprobs = bool(body.get("logprobs")) and self.logprobs_supported
+
         async def send(delta: dict[str, Any], finish: str | None = None) -> None:
             """Write one chunk; a generated piece is followed by a wait until its slot on
             the steady token clock (start + pieces × gap), so the stream keeps its rate
             however long each write and wake-up took (sleeping ``gap`` after each drifts)."""
             nonlocal sent, paced
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            if with_logprobs and delta.get("content"):
+                choice["logprobs"] = {"content": [next(content_logprobs)]}
             data = {
                 "id": "chatcmpl-stream",
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [choice],
             }
             breaks = ("drop_stream", "rst_stream", "close_stream", "stall_stream")
             if fault is not None and fault.kind in breaks and sent >= fault.after_chunks:
