@@ -155,20 +155,41 @@ def distill_messages(
     *,
     style: DistillFormat = "compact",
     split: str | None = None,
+    rollout: Sequence[Message] | None = None,
 ) -> list[Message]:
     """Distil(x, ω): the problem, the attempt's reasoning trace (its dead ends are there) and
-    final response, optionally how the round's answers split → propositions and pitfalls."""
-    attempt = ""
+    final response, optionally how the round's answers split → propositions and pitfalls.
+
+    With ``rollout`` (the rollout's own messages) the distillation is the next turn of that
+    conversation: its exact prompt, the reply as the assistant turn, then the ask. A server's
+    prefix cache (llama.cpp's slots, vLLM's and SGLang's prefix caches) already holds that
+    prefix, so only the ask is prefilled; the fresh prompt that pastes the rollout is
+    prefilled in full (and reads fewer tokens: no bank block)."""
+    if rollout is None:  # the attempt pasted after the problem, under the distiller's system
+        attempt = ""
+        if reasoning:
+            attempt += f"Reasoning of the attempt:\n{reasoning.strip()}\n\n"
+        attempt += f"Attempt:\n{response.strip() or '(none)'}"
+        if truncated:
+            attempt += "\n(cut off by its length limit)"
+        if split:
+            attempt += f"\n\nFinal answers of all attempts this round: {split}."
+        ask = _distill_ask(max_items, max_words, style)
+        user = f"Problem:\n{problem.strip()}\n\n{attempt}\n\n{ask}"
+        return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
+    notes = [f"Now review the reply above as someone else's attempt. {DISTILL_SYSTEM}"]
     if reasoning:
-        attempt += f"Reasoning of the attempt:\n{reasoning.strip()}\n\n"
-    attempt += f"Attempt:\n{response.strip() or '(none)'}"
+        notes.append(f"The reasoning behind that reply was:\n{reasoning.strip()}")
     if truncated:
-        attempt += "\n(cut off by its length limit)"
+        notes.append("That reply was cut off by its length limit.")
     if split:
-        attempt += f"\n\nFinal answers of all attempts this round: {split}."
-    ask = _distill_ask(max_items, max_words, style)
-    user = f"Problem:\n{problem.strip()}\n\n{attempt}\n\n{ask}"
-    return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
+        notes.append(f"Final answers of all attempts this round: {split}.")
+    ask = "\n\n".join([*notes, _distill_ask(max_items, max_words, style)])
+    return [
+        *rollout,
+        {"role": "assistant", "content": response},
+        {"role": "user", "content": ask},
+    ]
 
 
 def is_distillation(messages: Sequence[Message]) -> bool:
@@ -180,42 +201,6 @@ def is_distillation(messages: Sequence[Message]) -> bool:
     return messages[0].get("content") == DISTILL_SYSTEM or (
         messages[-1].get("role") == "user" and DISTILL_SYSTEM in last
     )
-
-
-def distill_continuing_messages(
-    rollout: Sequence[Message],
-    response: str,
-    max_items: int,
-    max_words: int,
-    reasoning: str | None = None,
-    truncated: bool = False,
-    *,
-    style: DistillFormat = "compact",
-    split: str | None = None,
-) -> list[Message]:
-    """Distil(x, ω) as the next turn of the rollout's own conversation: its exact prompt, the
-    reply as the assistant turn, then the ask. A server's prefix cache (llama.cpp's slots,
-    vLLM's and SGLang's prefix caches) already holds that prefix, so only the ask is
-    prefilled; a fresh prompt pasting the rollout is prefilled in full."""
-    notes = []
-    if reasoning:
-        notes.append(f"The reasoning behind that reply was:\n{reasoning.strip()}")
-    if truncated:
-        notes.append("That reply was cut off by its length limit.")
-    if split:
-        notes.append(f"Final answers of all attempts this round: {split}.")
-    ask = (
-        "Now step back and review the reply above as someone else's attempt. "
-        + DISTILL_SYSTEM
-        + "\n\n"
-        + "".join(f"{n}\n\n" for n in notes)
-        + _distill_ask(max_items, max_words, style)
-    )
-    return [
-        *rollout,
-        {"role": "assistant", "content": response},
-        {"role": "user", "content": ask},
-    ]
 
 
 def distill_batch_messages(

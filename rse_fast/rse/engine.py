@@ -27,7 +27,6 @@ from rse_fast.llm.types import Message
 from rse_fast.prompts import (
     answer_split,
     distill_batch_messages,
-    distill_continuing_messages,
     distill_messages,
     distill_schema,
     solve_messages,
@@ -593,17 +592,12 @@ class RSE:
         shown = clip_tokens(rec.text, limit // 4 if rec.reasoning else limit, count)
         reasoning = clip_tokens(rec.reasoning, limit, count) if rec.reasoning else None
         items, words = cfg.max_experiences_per_rollout, cfg.max_words_per_experience
-        if rollout is not None and self.distill_client is None and self._continues():
-            # the same server and model saw the rollout: its prefix cache holds this prefix
-            messages = distill_continuing_messages(
-                rollout, shown, items, words, reasoning, rec.truncated,
-                style=cfg.distill_format, split=votes,
-            )  # fmt: skip
-        else:
-            messages = distill_messages(
-                problem, shown, items, words, reasoning, rec.truncated,
-                style=cfg.distill_format, split=votes,
-            )  # fmt: skip
+        # the same server and model saw the rollout: its prefix cache holds that prefix
+        continues = rollout is not None and self.distill_client is None and self._continues()
+        messages = distill_messages(
+            problem, shown, items, words, reasoning, rec.truncated,
+            style=cfg.distill_format, split=votes, rollout=rollout if continues else None,
+        )  # fmt: skip
         params, schema = self._distill_request(r, rollout_tokens)
         for attempt in range(cfg.distill_retries + 1):
             rec.distill_tries += 1
