@@ -17,6 +17,7 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, blend
 from rse_fast.methods.voting import vote_final
 from rse_fast.rse.bank import ExperienceBank
+from rse_fast.rse.checking import ExperienceChecker
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
 from rse_fast.rse.results import Progress
@@ -65,6 +66,8 @@ class RSEMethod(Method):
         config: further RSEConfig fields (e.g. ``{"tau_negative": 0.8}``).
         variant: a name from :data:`VARIANTS`, applied on top of ``config``.
         progress: called with the engine's progress after every rollout and distillation.
+        checker: a task's check of each distilled statement (``rse.checking``, e.g.
+            ``ArithmeticChecker()``): refuted propositions never reach a prompt.
     """
 
     name = "rse"
@@ -79,10 +82,12 @@ class RSEMethod(Method):
         config: dict[str, Any] | None = None,
         variant: str | None = None,
         progress: Callable[[Progress], None] | None = None,
+        checker: ExperienceChecker | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
         self.encoder, self.k, self.max_rounds, self.progress = encoder, k, max_rounds, progress
+        self.checker = checker
         if variant is not None and variant not in VARIANTS:
             raise ValueError(f"unknown RSE variant {variant!r}; choose from {', '.join(VARIANTS)}")
         self.overrides = {**(config or {}), **(VARIANTS[variant] if variant else {})}
@@ -116,7 +121,7 @@ class RSEMethod(Method):
             }
         )
         self.encoder = self.encoder or Encoder()
-        engine = RSE(c, self.encoder, cfg, progress=self.progress)
+        engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=self.checker)
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)

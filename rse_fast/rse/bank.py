@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +48,10 @@ class Experience:
     round: int
     rollout: int
     position: int
+    #: what a task's checker said of it (``rse.checking``): verified, refuted (a proposition
+    #: refiled as a pitfall), unknown, or unchecked (no checker), and its evidence
+    verdict: str = "unchecked"
+    evidence: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +68,8 @@ class Decision:
     rollout: int
     position: int
     replaced: bool = False
+    verdict: str = "unchecked"  # the task checker's, as on the candidate
+    evidence: str = ""
 
 
 @dataclass
@@ -183,6 +189,8 @@ class ExperienceBank:
                         longest[rejected_by] = i
             sim = float(res.similarity[j])
             out[i] = Decision(
+                verdict=c.verdict,
+                evidence=c.evidence,
                 text=c.text,
                 kind=kind,
                 accepted=bool(res.accepted[j]),
@@ -196,13 +204,10 @@ class ExperienceBank:
             for row, i in longest.items():
                 old = entries[row].experience
                 index.replace(row, vectors[i], key=candidates[i].text)
-                entries[row].experience = Experience(
-                    text=candidates[i].text,
-                    kind=kind,
-                    round=old.round,
-                    rollout=old.rollout,
+                entries[row].experience = replace(
+                    candidates[i], kind=kind, round=old.round, rollout=old.rollout,
                     position=old.position,
-                )
+                )  # fmt: skip
                 d = out[i]
                 out[i] = Decision(**{**asdict(d), "replaced": True})
         return out

@@ -76,6 +76,8 @@ class RSEConfig:
             pastes the rollout, and less time and money where a cache serves it. None
             (default): continue once the server has reported cached prompt tokens on this
             run's calls, paste otherwise; batch mode always pastes.
+        refuted_as_pitfall: with a checker (``RSE(checker=...)``), a proposition it refutes is
+            filed as a pitfall stating the evidence instead of being dropped.
         attempt_max_tokens: the distiller sees the rollout's reasoning trace and final response
             clipped to this many tokens (head and tail kept).
         bank_token_budget, max_rendered_per_type: how much of the bank the prompt shows
@@ -155,6 +157,7 @@ class RSEConfig:
     use_positive: bool = True
     use_negative: bool = True
     drop_echoes: bool = True
+    refuted_as_pitfall: bool = True
     select_from: Literal["all", "guided", "last"] = "all"
 
     def __post_init__(self) -> None:

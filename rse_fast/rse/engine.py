@@ -13,7 +13,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from rse_fast.answers import answers_equivalent, extract_answer, majority_vote, 
 from rse_fast.encoder import Encoder
 from rse_fast.errors import LLMError, RoundFailedError
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.ledger import CallRecord
 from rse_fast.llm.types import Message
 from rse_fast.prompts import (
     answer_split,
@@ -32,6 +33,7 @@ from rse_fast.prompts import (
     solve_messages,
 )
 from rse_fast.rse.bank import Decision, Experience, ExperienceBank
+from rse_fast.rse.checking import ExperienceChecker
 from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.distill import Distilled, ItemScanner, item_statement, parse_distillation
@@ -91,9 +93,13 @@ class RSE:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         progress: Callable[[Progress], None] | None = None,
         distill_client: LLMClient | None = None,
+        checker: ExperienceChecker | None = None,
     ) -> None:
         self.client = client
         self.distill_client = distill_client
+        #: a task's check of each distilled statement (``rse.checking``): refuted
+        #: propositions never reach a prompt
+        self.checker = checker
         self.encoder = encoder or Encoder()
         self.config = config or RSEConfig()
         self.checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
@@ -550,11 +556,36 @@ class RSE:
         rec.distill, rec.echoes = "ok", parsed.echoes
         rec.positive = parsed.positive if cfg.use_positive else []
         rec.negative = parsed.negative if cfg.use_negative else []
-        return [
+        found = [
             Experience(text=t, kind=kind, round=r, rollout=rec.index, position=p)
             for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
             for p, t in enumerate(texts)
         ]
+        return self._checked(found, r) if self.checker is not None else found
+
+    def _checked(self, found: list[Experience], r: int) -> list[Experience]:
+        """Each statement with the checker's verdict: a refuted proposition becomes a pitfall
+        stating the evidence (or is dropped), a refuted pitfall is dropped. The checker's
+        time is booked in the run's ledger (role ``check``: no tokens)."""
+        assert self.checker is not None
+        t0 = time.perf_counter()
+        kept: list[Experience] = []
+        for e in found:
+            check = self.checker.check(e.text, e.kind)
+            if check.verdict != "refuted":
+                kept.append(replace(e, verdict=check.verdict, evidence=check.evidence))
+            elif e.kind == "positive" and self.config.refuted_as_pitfall:
+                text = f'The claim "{e.text}" is wrong: {check.evidence}.'
+                kept.append(
+                    replace(e, text=text, kind="negative", verdict="refuted",
+                            evidence=check.evidence)
+                )  # fmt: skip
+        seconds = time.perf_counter() - t0
+        self.client.ledger.record(
+            CallRecord(role="check", prompt_tokens=0, completion_tokens=0, latency_s=seconds,
+                       endpoint="checker", task=f"round{r}", work_s=seconds)
+        )  # fmt: skip
+        return kept
 
     async def _vectors(
         self, texts: list[str], early: dict[str, asyncio.Future[np.ndarray]]

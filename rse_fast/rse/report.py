@@ -117,7 +117,7 @@ def _round(r: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> str
         out.append('<p class="muted">no candidates this round</p>')
     else:
         out.append("<table><tr><th>type</th><th>statement</th><th>decision</th>"
-                   "<th>similarity</th><th>blocked by</th></tr>")  # fmt: skip
+                   "<th>similarity</th><th>blocked by</th><th>check</th></tr>")  # fmt: skip
         for d in decisions:
             kind = "pitfall" if d["kind"] == "negative" else "proposition"
             pill = (
@@ -126,9 +126,12 @@ def _round(r: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> str
                 else ('<span class="pill rej">rejected</span>')
             )
             sim = "" if d.get("similarity") is None else f"{d['similarity']:.3f}"
+            verdict = d.get("verdict", "unchecked")
+            check = "" if verdict == "unchecked" else f"{verdict}: {d.get('evidence', '')}"
             out.append(
                 f"<tr><td>{kind}</td><td>{_e(d['text'])}</td><td>{pill}</td><td>{sim}</td>"
-                f"<td>{_e(d.get('matched')) if not d['accepted'] else ''}</td></tr>"
+                f"<td>{_e(d.get('matched')) if not d['accepted'] else ''}</td>"
+                f"<td>{_e(check)}</td></tr>"
             )
         out.append("</table>")
     out.append("</section>")

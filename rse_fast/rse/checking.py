@@ -1,0 +1,104 @@
+"""Checking experience where a check is free: a task-supplied checker says of each distilled
+statement whether it is verified, refuted or unknown, with its evidence.
+
+A refuted proposition never reaches a prompt: it is dropped, or (``refuted_as_pitfall``)
+filed as a pitfall that states the check's evidence ("81 + 78 = 159, not 3"). A refuted pitfall
+is dropped. Every kept statement carries its verdict and evidence into the bank, and the
+checker's time is booked in the run's ledger (role ``check``: no tokens, its seconds).
+
+:class:`ArithmeticChecker` re-computes every equation between numbers a statement makes
+(``a op b ... = c`` with + - * / × ÷ and parentheses), exactly, in fractions.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal, Protocol
+
+Verdict = Literal["verified", "refuted", "unknown", "unchecked"]
+
+
+@dataclass(frozen=True)
+class Check:
+    verdict: Verdict
+    evidence: str = ""
+
+
+class ExperienceChecker(Protocol):
+    """What checks a distilled statement (``kind``: ``positive`` or ``negative``)."""
+
+    def check(self, text: str, kind: str) -> Check: ...
+
+
+_NUMBER = r"\(?-?\d+(?:\.\d+)?\)?"
+_OPERATOR = r"[-+*/×÷xX]"
+#: an expression of at least two numbers, then "=" and a number
+_EQUATION = re.compile(
+    rf"(?<![\w.,])((?:\(\s*)*{_NUMBER}(?:\s*\)*\s*{_OPERATOR}\s*(?:\(\s*)*{_NUMBER}\s*\)*)+)"
+    rf"\s*=\s*(-?\d+(?:\.\d+)?)(?!\w|\.\d|\s*[-+*/×÷]\s*\d)"
+)
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.Div: operator.truediv}  # fmt: skip
+#: characters of one expression re-computed at most (a claim, not a program)
+MAX_EXPRESSION = 120
+
+
+def evaluate(expression: str) -> Fraction | None:
+    """The exact value of a small arithmetic expression, or None when it is not one."""
+    text = expression.replace("×", "*").replace("÷", "/")
+    text = re.sub(r"(?<=\d)\s*[xX]\s*(?=[\d(])", "*", text)
+    if len(text) > MAX_EXPRESSION:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return None
+
+    def value(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return Fraction(str(node.value))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = value(node.operand)
+            return -inner if isinstance(node.op, ast.USub) else inner
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](value(node.left), value(node.right))  # type: ignore[no-any-return]
+        raise ValueError("not arithmetic")
+
+    try:
+        return value(tree.body)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _shown(x: Fraction) -> str:
+    if x.denominator == 1:
+        return str(x.numerator)
+    return f"{float(x):.6g}"
+
+
+class ArithmeticChecker:
+    """Re-computes the equations between numbers a statement states. All right: verified;
+    any wrong: refuted, with the right value as evidence; none: unknown."""
+
+    def check(self, text: str, kind: str) -> Check:
+        right: list[str] = []
+        wrong: list[str] = []
+        for m in _EQUATION.finditer(text):
+            lhs, stated = m.group(1), Fraction(m.group(2))
+            actual = evaluate(lhs)
+            if actual is None:
+                continue
+            shown = " ".join(lhs.split())
+            if actual == stated:
+                right.append(f"{shown} = {_shown(actual)}")
+            else:
+                wrong.append(f"{shown} = {_shown(actual)}, not {m.group(2)}")
+        if wrong:
+            return Check("refuted", "; ".join(wrong))
+        if right:
+            return Check("verified", "re-computed: " + "; ".join(right))
+        return Check("unknown")

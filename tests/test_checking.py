@@ -1,0 +1,95 @@
+"""Checked experience: a task's checker re-computes what a distiller claims; a refuted
+proposition never reaches a prompt (it is refiled as a pitfall that states the evidence, or
+dropped), the bank keeps every verdict and its evidence, and the checker's time is booked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_rse import make_rse
+
+from rse_fast.encoder import Encoder
+from rse_fast.prompts import PROPOSITIONS_HEADER
+from rse_fast.rse.checking import ArithmeticChecker, evaluate
+from rse_fast.testing import ScriptedServer
+
+from fakes.scripted_model import GOLD, MECHANISM, PROBLEM, is_distill, is_guided, prompt_of
+from fakes.scripted_model import reply as scripted_reply
+
+WRONG = "Adding the units gives 27 + 15 = 32."
+RIGHT = "The units give 7 + 5 = 12."
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict", "evidence"),
+    [
+        ("So 81 + 78 = 3.", "refuted", "81 + 78 = 159, not 3"),
+        ("81 + 78 = 159, not 3", "verified", "81 + 78 = 159"),
+        ("( 5 / 1 + -3 ) = 8", "refuted", "= 2, not 8"),
+        ("7 / 2 = 3", "refuted", "7 / 2 = 3.5, not 3"),
+        ("Multiply 6 x 7 = 42.", "verified", "6 x 7 = 42"),
+        ("Carry the one.", "unknown", ""),
+        ("It is 1,000 + 5 = 1005", "unknown", ""),  # a thousands separator is not parsed
+        ("x = 5", "unknown", ""),
+    ],
+)
+def test_equations_between_numbers_are_recomputed_exactly(text, verdict, evidence):
+    check = ArithmeticChecker().check(text, "positive")
+    assert check.verdict == verdict and evidence in check.evidence
+
+
+def test_only_small_arithmetic_is_evaluated():
+    assert evaluate("0.1 + 0.2") == evaluate("3 / 10")  # exact, not float
+    assert evaluate("1 / 0") is None and evaluate("__import__('os')") is None
+    assert evaluate("2 ** 10") is None and evaluate("1 + " * 60 + "1") is None
+
+
+def distiller_claims(body: dict, index: int) -> str:
+    if is_distill(body):
+        return json.dumps({"positive": [WRONG, RIGHT], "negative": []})
+    return scripted_reply(body, index)
+
+
+@pytest.fixture(scope="module")
+def encoder() -> Encoder:
+    return Encoder(providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("as_pitfall", [True, False])
+async def test_a_refuted_claim_never_reaches_a_prompt_as_a_proposition(encoder, as_pitfall):
+    async with ScriptedServer(default_reply=distiller_claims) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=2, k=4, refuted_as_pitfall=as_pitfall)
+        rse.checker = ArithmeticChecker()
+        async with rse.client:
+            await rse.solve(PROBLEM, gold=GOLD, keep_bank=True)
+        records = list(rse.client.ledger.records)
+    guided = [prompt_of(b) for b in srv.requests if is_guided(b)]
+    assert guided and all(RIGHT in p for p in guided)
+    propositions = [p.split(PROPOSITIONS_HEADER)[-1] for p in guided]
+    assert all(PROPOSITIONS_HEADER in p for p in guided)
+    assert not any(WRONG in p for p in propositions)
+    items = rse.bank.items
+    assert [e.verdict for e in items["positive"]] == ["verified"]
+    assert "7 + 5 = 12" in items["positive"][0].evidence
+    refiled = [e for e in items["negative"] if e.verdict == "refuted"]
+    if as_pitfall:
+        assert refiled and "27 + 15 = 42, not 32" in refiled[0].text
+        assert all("27 + 15 = 42, not 32" in p for p in guided)
+    else:
+        assert not refiled
+    checks = [r for r in records if r.role == "check"]
+    assert checks and all(r.total_tokens == 0 and r.work_s >= 0 for r in checks)
+    assert MECHANISM  # the fake's mechanism settings are what make_rse runs with
+
+
+async def test_the_report_page_shows_each_verdict_and_its_evidence(encoder):
+    from rse_fast.rse.report import render_report
+
+    async with ScriptedServer(default_reply=distiller_claims) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=2, k=4)
+        rse.checker = ArithmeticChecker()
+        async with rse.client:
+            result = await rse.solve(PROBLEM, gold=GOLD)
+    page = render_report(result.to_dict())
+    assert "refuted: 27 + 15 = 42, not 32" in page and "verified: re-computed" in page
