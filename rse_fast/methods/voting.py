@@ -5,6 +5,7 @@ token probabilities (``rse_fast.answers.confidence``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,3 +135,22 @@ class OnlineGate:
         if self.threshold is None or len(confidences) < w:
             return False
         return sum(confidences[-w:]) / w < self.threshold
+
+
+async def passing_visible(
+    pool: list[Candidate], check: Callable[[str], bool | None]
+) -> tuple[list[Candidate], dict[str, Any]]:
+    """The candidates that pass the problem's own examples (each distinct text run once, off
+    the event loop), or the whole pool when none passes, and what the filter saw."""
+    verdicts: dict[str, bool | None] = {}
+    for c in pool:
+        if c.text not in verdicts:
+            verdicts[c.text] = await asyncio.to_thread(check, c.text)
+    for c in pool:
+        ok = verdicts[c.text]
+        if ok is not None:
+            c.scores["visible"] = 1.0 if ok else 0.0
+    passing = [c for c in pool if verdicts[c.text]]
+    meta = {"passed": len(passing), "of": len(pool), "distinct_run": len(verdicts),
+            "fell_back": not passing}  # fmt: skip
+    return (passing or pool), meta

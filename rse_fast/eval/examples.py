@@ -1,0 +1,101 @@
+"""The examples a code problem states for itself, as checks a candidate can be run on while
+it is being solved (the hidden tests stay for grading alone).
+
+HumanEval writes them as doctests (``>>> f(2)`` then the expected line) or as prose arrows
+(``f(2) ==> 4``, ``f(2) ➞ 4``, ``f(2) => 4``, ``f(2) -> 4``, ``f(2) == 4``). Only examples
+whose arguments and expected value are Python literals are kept (``true`` read as ``True``),
+so what runs in the harness is data, never code from the prompt.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+_ARROWS = ("==>", "➞", "=>", "->", "==")
+_BOOLS = re.compile(r"\b(true|false|none)\b")
+
+
+@dataclass(frozen=True)
+class Example:
+    call: str  # the call as written, e.g. "f([1, 2], 3)"
+    expected: str  # a Python literal, e.g. "[1, 2]"
+
+
+def _literal(text: str) -> str | None:
+    fixed = _BOOLS.sub(lambda m: m.group(1).capitalize(), text.strip().rstrip(".,;"))
+    try:
+        ast.literal_eval(fixed)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return fixed
+
+
+def _call_at(line: str, entry_point: str) -> tuple[str, int] | None:
+    """The call ``entry_point(...)`` in ``line`` (balanced parentheses) and where it ends,
+    when its arguments are literals."""
+    start = re.search(rf"(?<![\w.]){re.escape(entry_point)}\(", line)
+    if start is None:
+        return None
+    depth, i = 0, start.end() - 1
+    for i in range(start.end() - 1, len(line)):
+        depth += {"(": 1, ")": -1}.get(line[i], 0)
+        if depth == 0:
+            break
+    if depth != 0:
+        return None
+    call = line[start.start() : i + 1]
+    try:
+        node = ast.parse(call, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.Call) or node.keywords:
+        return None
+    try:
+        for arg in node.args:
+            ast.literal_eval(arg)
+    except (ValueError, SyntaxError, RecursionError):
+        return None
+    return call, i + 1
+
+
+def visible_examples(stub: str, entry_point: str) -> list[Example]:
+    """The examples the problem text states for ``entry_point``, in order, without repeats."""
+    lines = stub.splitlines()
+    found: list[Example] = []
+    for k, raw in enumerate(lines):
+        line = raw.strip().lstrip("*").strip()
+        doctest = line.startswith(">>>")
+        found_call = _call_at(line, entry_point)
+        if found_call is None:
+            continue
+        call, end = found_call
+        rest = line[end:].strip()
+        expected: str | None = None
+        for arrow in _ARROWS:
+            if rest.startswith(arrow):
+                expected = _literal(rest[len(arrow) :])
+                break
+        if expected is None and doctest and not rest:
+            following = next((x.strip() for x in lines[k + 1 :] if x.strip()), "")
+            if following and not following.startswith(">>>"):
+                expected = _literal(following)
+        if expected is not None:
+            example = Example(call, expected)
+            if example not in found:
+                found.append(example)
+    return found
+
+
+def visible_tests(examples: list[Example], entry_point: str) -> str:
+    """A ``check(candidate)`` that runs each example and stops at the first that fails,
+    saying what came back (the sandbox's harness runs it: only data crosses)."""
+    body = [f"def check(candidate):\n    {entry_point} = candidate"]
+    for ex in examples:
+        said, wanted = f"{ex.call} returned ", f", expected {ex.expected}"
+        body.append(
+            f"    _got = {ex.call}\n"
+            f"    assert _got == {ex.expected}, {said!r} + repr(_got) + {wanted!r}"
+        )
+    return "\n".join(body) + "\n"

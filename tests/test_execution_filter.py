@@ -1,0 +1,100 @@
+"""Checks that are free while solving code: the examples a problem states are parsed as data,
+run in the sandbox, and used by best-of-N and self-consistency to choose among candidates
+that pass them; the hidden tests reach no prompt and no choice."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from rse_fast.eval import sandbox
+from rse_fast.eval.datasets import load_dataset
+from rse_fast.eval.examples import Example, visible_examples
+from rse_fast.eval.sandbox import interpreter
+from rse_fast.llm import LLMClient
+from rse_fast.methods import make_method
+from rse_fast.testing import ScriptedServer
+
+STUB = '''def f(xs, k):
+    """Doubles things.
+    >>> f([1, 2], 3)
+    [2, 4]
+    >>> f([], 0)
+    []
+    f([5], 1) ==> [10]
+    f([6], 1) ➞ [12]
+    * f([7], 2) => [14]
+    f(y, 2) -> 1
+    f([1], 1) == undefined_name
+    is_happy(aa) => false
+    """
+'''
+
+
+def test_stated_examples_are_read_as_literals_only():
+    found = visible_examples(STUB, "f")
+    assert found == [
+        Example("f([1, 2], 3)", "[2, 4]"),
+        Example("f([], 0)", "[]"),
+        Example("f([5], 1)", "[10]"),
+        Example("f([6], 1)", "[12]"),
+        Example("f([7], 2)", "[14]"),
+    ]  # a name as argument or as expected value is not data: left out
+    assert visible_examples("def g(): pass", "g") == []
+    assert visible_examples("    g(1) => false", "g") == [Example("g(1)", "False")]
+
+
+@pytest.fixture(autouse=True)
+def isolation(request):
+    if not sandbox.bwrap_works(interpreter()):
+        if os.environ.get("CI") == "true":
+            pytest.fail("bubblewrap cannot run here; .ci/run installs it")
+        pytest.skip("bubblewrap (bwrap) is not available: apt-get install bubblewrap")
+
+
+def test_humaneval_problems_check_their_own_examples_not_their_tests():
+    ds = load_dataset("humaneval", limit=None)
+    stated = [p for p in ds.problems if p.meta.get("visible_tests")]
+    assert len(stated) > 100  # most state examples; the rest get no check (None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    assert p.meta["test"] not in p.meta["visible_tests"]
+    right = "```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"  # noqa: E501
+    wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+    assert p.visible_check(right) is True and p.visible_check(wrong) is False
+    bare = next(x for x in ds.problems if not x.meta.get("visible_tests"))
+    assert bare.visible_check(right) is None
+
+
+def loud_wrong_quiet_right(body: dict, index: int) -> str:
+    """Samples alternate between wrong code the judge loves and right code it scores low."""
+    user = body["messages"][-1]["content"]
+    if "Rate" in user or body.get("response_format"):
+        return json.dumps({"score": 9 if "return True" in user else 3})
+    if int(body.get("seed") or 0) % 2 == 0:
+        return "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+    return (
+        "```python\ndef has_close_elements(numbers, threshold):\n"
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+        " for b in numbers[i + 1:])\n```"
+    )
+
+
+@pytest.mark.parametrize("name", ["bon", "sc"])
+async def test_the_filter_chooses_among_candidates_that_pass_the_stated_examples(name):
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    async with ScriptedServer(default_reply=loud_wrong_quiet_right) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            options = {"parallel": 4, "max_tokens": 96, "budget_mode": "cap"}
+            plain = await make_method(name, **options).run(p, 3000, c)
+            checked = await make_method(name, execution_filter=True, **options).run(p, 3000, c)
+    assert "return True" in plain.final.text  # the judge's favourite, or the first sample
+    assert "return True" not in checked.final.text
+    flt = checked.meta["execution_filter"]
+    assert 0 < flt["passed"] < flt["of"] == len(checked.pool) and not flt["fell_back"]
+    assert ds.grade(p, checked.final.text) == 1.0
+    hidden = [line.strip() for line in p.meta["test"].splitlines() if "assert" in line]
+    sent = json.dumps(srv.requests)
+    assert hidden and not any(json.dumps(h)[1:-1] in sent for h in hidden)
