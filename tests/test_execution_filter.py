@@ -62,7 +62,8 @@ def test_humaneval_problems_check_their_own_examples_not_their_tests():
     assert p.meta["test"] not in p.meta["visible_tests"]
     right = "```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"  # noqa: E501
     wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
-    assert p.visible_check(right) is True and p.visible_check(wrong) is False
+    assert p.visible_check(right).passed and not p.visible_check(wrong).passed
+    assert "returned True, expected False" in p.visible_check(wrong).detail
     bare = next(x for x in ds.problems if not x.meta.get("visible_tests"))
     assert bare.visible_check(right) is None
 
@@ -98,3 +99,41 @@ async def test_the_filter_chooses_among_candidates_that_pass_the_stated_examples
     hidden = [line.strip() for line in p.meta["test"].splitlines() if "assert" in line]
     sent = json.dumps(srv.requests)
     assert hidden and not any(json.dumps(h)[1:-1] in sent for h in hidden)
+
+
+def wrong_then_told(body: dict, index: int) -> str:
+    """Rollouts write wrong code until a prompt carries the grounded failure; the distiller
+    finds nothing to say, so whatever guides round 2 came from running the code."""
+    from rse_fast.prompts import is_distillation
+
+    if is_distillation(body["messages"]):
+        return json.dumps({"positive": [], "negative": []})
+    prompt = json.dumps(body["messages"])
+    if "returned True, expected False" in prompt:
+        return (
+            "```python\ndef has_close_elements(numbers, threshold):\n"
+            "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+            " for b in numbers[i + 1:])\n```"
+        )
+    return "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+
+
+async def test_rse_files_what_running_the_code_showed_as_a_grounded_pitfall():
+    from rse_fast.encoder import Encoder
+    from rse_fast.prompts import PITFALLS_HEADER
+
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    options = {"parallel": 4, "max_tokens": 96, "k": 4, "max_rounds": 2,
+               "encoder": Encoder(providers=["CPUExecutionProvider"]),
+               "config": {"settle_margin": None, "min_support_shown": 1}}  # fmt: skip
+    async with ScriptedServer(default_reply=wrong_then_told) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            res = await make_method("rse", checker="visible", **options).run(p, 6000, c)
+    guided = [json.dumps(b["messages"]) for b in srv.requests if PITFALLS_HEADER in json.dumps(b)]
+    assert guided and all("returned True, expected False" in g for g in guided)
+    assert ds.grade(p, res.final.text) == 1.0  # the guided round was right and outvoted
+    assert any(r.role == "check" and r.work_s > 0 for r in res.ledger.records)
+    hidden = [line.strip() for line in p.meta["test"].splitlines() if "assert" in line]
+    sent = json.dumps(srv.requests)
+    assert not any(json.dumps(h)[1:-1] in sent for h in hidden)

@@ -27,7 +27,7 @@ from rse_fast.answers import Verdict, check_equivalence, extract_answer
 from rse_fast.eval.examples import visible_examples, visible_tests
 from rse_fast.eval.grading import Criterion
 from rse_fast.eval.sandbox import Limits, run_tests
-from rse_fast.methods.base import Problem
+from rse_fast.methods.base import Problem, VisibleResult
 
 Kind = Literal["verifiable", "code", "rubric"]
 
@@ -268,9 +268,10 @@ def humaneval_code(problem: Problem, text: str) -> str:
     return code
 
 
-def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> bool | None:
+def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> VisibleResult | None:
     """Whether the response's code passes the examples the problem states (None: it states
-    none): the same sandbox as grading, with those examples in place of the hidden tests."""
+    none), with the first failure: the same sandbox as grading, with those examples in place
+    of the hidden tests."""
     tests = problem.meta.get("visible_tests")
     if not tests:
         return None
@@ -281,7 +282,7 @@ def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> bool 
         helpers=problem.meta["stub"],
         limits=Limits(timeout_s=timeout_s),
     )
-    return result.passed
+    return VisibleResult(result.passed, result.detail)
 
 
 def run_humaneval(problem: Problem, text: str, timeout_s: float = 10.0) -> float:

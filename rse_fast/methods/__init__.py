@@ -13,6 +13,7 @@ _LAZY = {
     "Method": "rse_fast.methods.base",
     "MethodResult": "rse_fast.methods.base",
     "Problem": "rse_fast.methods.base",
+    "VisibleResult": "rse_fast.methods.base",
     "PriorStore": "rse_fast.methods.priors",
     "Candidate": "rse_fast.methods.base",
     "LLMJudge": "rse_fast.methods.judge",
@@ -41,11 +42,12 @@ __all__ = [
     "RSEMethod",
     "Refinement",
     "SelfConsistency",
+    "VisibleResult",
     "make_method",
 ]
 
 if TYPE_CHECKING:
-    from rse_fast.methods.base import Candidate, Method, MethodResult, Problem
+    from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, VisibleResult
     from rse_fast.methods.catalog import METHODS, make_method
     from rse_fast.methods.judge import HTTPRewardModel, LLMJudge
     from rse_fast.methods.priors import PriorStore

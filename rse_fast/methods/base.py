@@ -79,6 +79,15 @@ class MethodResult:
         }
 
 
+@dataclass(frozen=True)
+class VisibleResult:
+    """A response run on the examples its problem states: passed, or the first failure
+    (the call, what came back or what it raised, and what was expected)."""
+
+    passed: bool
+    detail: str = ""
+
+
 @dataclass
 class Problem:
     """A task: the prompt text (the last user turn), and (for verifiable tasks) a gold answer.
@@ -99,9 +108,9 @@ class Problem:
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: str | dict[str, Any] | None = None
     #: a check that is free at solving time: whether a response passes the examples the
-    #: problem itself states (code run in the sandbox), None where it states none. The
-    #: hidden tests are for grading alone and never here.
-    visible_check: Callable[[str], bool | None] | None = field(
+    #: problem itself states (code run in the sandbox, with what the first failure returned),
+    #: None where it states none. The hidden tests are for grading alone and never here.
+    visible_check: Callable[[str], VisibleResult | None] | None = field(
         default=None, repr=False, compare=False
     )
 

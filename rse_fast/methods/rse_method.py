@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError, RoundFailedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, blend
-from rse_fast.methods.voting import vote_final
+from rse_fast.methods.voting import passing_visible, vote_final
 from rse_fast.rse.bank import ExperienceBank
-from rse_fast.rse.checking import ExperienceChecker
+from rse_fast.rse.checking import CodeExamplesChecker, ExperienceChecker
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
 from rse_fast.rse.results import Progress
@@ -67,7 +67,9 @@ class RSEMethod(Method):
         variant: a name from :data:`VARIANTS`, applied on top of ``config``.
         progress: called with the engine's progress after every rollout and distillation.
         checker: a task's check of each distilled statement (``rse.checking``, e.g.
-            ``ArithmeticChecker()``): refuted propositions never reach a prompt.
+            ``ArithmeticChecker()``): refuted propositions never reach a prompt; ``"visible"``:
+            each rollout's code is run on the examples its problem states (the problem's
+            ``visible_check``), a failure filed as a grounded pitfall.
     """
 
     name = "rse"
@@ -82,7 +84,7 @@ class RSEMethod(Method):
         config: dict[str, Any] | None = None,
         variant: str | None = None,
         progress: Callable[[Progress], None] | None = None,
-        checker: ExperienceChecker | None = None,
+        checker: ExperienceChecker | Literal["visible"] | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
@@ -121,7 +123,11 @@ class RSEMethod(Method):
             }
         )
         self.encoder = self.encoder or Encoder()
-        engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=self.checker)
+        checker = self.checker
+        if checker == "visible":
+            found = problem.visible_check
+            checker = CodeExamplesChecker(found) if found is not None else None
+        engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=checker)
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
@@ -173,7 +179,13 @@ class RSEMethod(Method):
             for x in rr.rollouts
             if x.error is None
         ]
-        final, votes = await off_loop(vote_final, pool)
+        voters, checked = pool, None
+        if self.checker == "visible" and problem.visible_check is not None:
+            # the same pick as sc's and best-of-N's execution filter: among those that pass
+            voters, checked = await passing_visible(pool, problem.visible_check)
+        final, votes = await off_loop(vote_final, voters)
+        if checked is not None:
+            votes["execution_filter"] = checked
         meta = {
             **votes,
             "rounds": len(rounds),

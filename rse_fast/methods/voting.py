@@ -19,7 +19,7 @@ from rse_fast.answers.confidence import (
     threshold_from_warmup,
     token_confidences,
 )
-from rse_fast.methods.base import Candidate
+from rse_fast.methods.base import Candidate, VisibleResult
 
 
 def vote_final(pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
@@ -138,14 +138,15 @@ class OnlineGate:
 
 
 async def passing_visible(
-    pool: list[Candidate], check: Callable[[str], bool | None]
+    pool: list[Candidate], check: Callable[[str], VisibleResult | None]
 ) -> tuple[list[Candidate], dict[str, Any]]:
     """The candidates that pass the problem's own examples (each distinct text run once, off
     the event loop), or the whole pool when none passes, and what the filter saw."""
     verdicts: dict[str, bool | None] = {}
     for c in pool:
         if c.text not in verdicts:
-            verdicts[c.text] = await asyncio.to_thread(check, c.text)
+            outcome = await asyncio.to_thread(check, c.text)
+            verdicts[c.text] = None if outcome is None else outcome.passed
     for c in pool:
         ok = verdicts[c.text]
         if ok is not None:

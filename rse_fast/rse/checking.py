@@ -15,9 +15,10 @@ from __future__ import annotations
 import ast
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 Verdict = Literal["verified", "refuted", "unknown", "unchecked"]
 
@@ -29,9 +30,32 @@ class Check:
 
 
 class ExperienceChecker(Protocol):
-    """What checks a distilled statement (``kind``: ``positive`` or ``negative``)."""
+    """What checks a distilled statement (``kind``: ``positive`` or ``negative``). A checker
+    that can also run a rollout itself has ``observe(response) -> [(kind, text, Check)]``:
+    experience grounded in what happened, filed beside the distiller's."""
 
     def check(self, text: str, kind: str) -> Check: ...
+
+
+class CodeExamplesChecker:
+    """Runs each rollout's code on the examples its problem states (``visible_check``: a
+    ``Problem``'s, run in the sandbox) and files a failure as a pitfall naming the call, what
+    came back (or what it raised) and what was expected. Statements are not code: their
+    verdict is unknown. A passing rollout files nothing: its answer speaks for itself."""
+
+    def __init__(self, visible_check: Callable[[str], Any]) -> None:
+        self.visible_check = visible_check
+
+    def check(self, text: str, kind: str) -> Check:
+        return Check("unknown")
+
+    def observe(self, response: str) -> list[tuple[str, str, Check]]:
+        outcome = self.visible_check(response)
+        if outcome is None or outcome.passed:
+            return []
+        detail = str(outcome.detail).removeprefix("AssertionError: ").strip()
+        text = f"An attempt's code failed an example the problem states: {detail}."
+        return [("negative", text, Check("verified", f"ran the stated examples: {detail}"))]
 
 
 _NUMBER = r"\(?-?\d+(?:\.\d+)?\)?"

@@ -444,7 +444,7 @@ class RSE:
             counters["unparseable"] += 1
             report()
             return _Outcome(rec, [], None, returned, returned)
-        cands = self._file(rec, parsed, r)
+        cands = self._file(rec, parsed, r) + await self._grounded(rec, r)
         vectors = await self._vectors([c.text for c in cands], early) if cands else None
         rec.embedded_early = sum(1 for c in cands if c.text in early)
         report()
@@ -563,6 +563,27 @@ class RSE:
         ]
         return self._checked(found, r) if self.checker is not None else found
 
+    async def _grounded(self, rec: RolloutRecord, r: int) -> list[Experience]:
+        """What a checker that runs rollouts observed of this one (off the event loop; its
+        time booked as the checker's), filed after the distiller's statements."""
+        observe = getattr(self.checker, "observe", None)
+        if observe is None:
+            return []
+        t0 = time.perf_counter()
+        found = await asyncio.to_thread(observe, rec.text)
+        self._book_check(time.perf_counter() - t0, r)
+        return [
+            Experience(text=text, kind=kind, round=r, rollout=rec.index, position=100 + p,
+                       verdict=check.verdict, evidence=check.evidence)
+            for p, (kind, text, check) in enumerate(found)
+        ]  # fmt: skip
+
+    def _book_check(self, seconds: float, r: int) -> None:
+        self.client.ledger.record(
+            CallRecord(role="check", prompt_tokens=0, completion_tokens=0, latency_s=seconds,
+                       endpoint="checker", task=f"round{r}", work_s=seconds)
+        )  # fmt: skip
+
     def _checked(self, found: list[Experience], r: int) -> list[Experience]:
         """Each statement with the checker's verdict: a refuted proposition becomes a pitfall
         stating the evidence (or is dropped), a refuted pitfall is dropped. The checker's
@@ -580,11 +601,7 @@ class RSE:
                     replace(e, text=text, kind="negative", verdict="refuted",
                             evidence=check.evidence)
                 )  # fmt: skip
-        seconds = time.perf_counter() - t0
-        self.client.ledger.record(
-            CallRecord(role="check", prompt_tokens=0, completion_tokens=0, latency_s=seconds,
-                       endpoint="checker", task=f"round{r}", work_s=seconds)
-        )  # fmt: skip
+        self._book_check(time.perf_counter() - t0, r)
         return kept
 
     async def _vectors(
