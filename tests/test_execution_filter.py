@@ -137,3 +137,30 @@ async def test_rse_files_what_running_the_code_showed_as_a_grounded_pitfall():
     hidden = [line.strip() for line in p.meta["test"].splitlines() if "assert" in line]
     sent = json.dumps(srv.requests)
     assert not any(json.dumps(h)[1:-1] in sent for h in hidden)
+
+
+def fixed_when_told(body: dict, index: int) -> str:
+    prompt = json.dumps(body["messages"])
+    if "it failed: " in prompt and "returned True, expected False" in prompt:
+        return (
+            "```python\ndef has_close_elements(numbers, threshold):\n"
+            "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+            " for b in numbers[i + 1:])\n```"
+        )
+    return "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+
+
+async def test_reflexion_retries_a_failing_sample_with_its_own_failure_shown():
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    async with ScriptedServer(default_reply=fixed_when_told) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            res = await make_method("reflexion", parallel=2, max_tokens=96).run(p, 1500, c)
+    assert res.meta["retries"] >= 1 and ds.grade(p, res.final.text) == 1.0
+    assert res.meta["execution_filter"]["passed"] == res.meta["retries"]
+    assert res.tokens == res.ledger.total_tokens <= 1500 * 1.1
+    hidden = [line.strip() for line in p.meta["test"].splitlines() if "assert" in line]
+    assert not any(json.dumps(h)[1:-1] in json.dumps(srv.requests) for h in hidden)
+    with pytest.raises(ValueError, match="visible_check"):
+        await make_method("reflexion").run(load_dataset("gym:basic_arithmetic", 1).problems[0],
+                                           1500, c)  # fmt: skip

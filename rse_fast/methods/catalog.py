@@ -21,6 +21,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "refine": ("rse_fast.methods.refine", "Refinement"),
     "fusion": ("rse_fast.methods.sampling", "Fusion"),
     "rse": ("rse_fast.methods.rse_method", "RSEMethod"),
+    "reflexion": ("rse_fast.methods.reflexion", "Reflexion"),
 }
 
 
@@ -47,7 +48,8 @@ def make_method(name: str, **options: Any) -> Method:
 
     Args:
         name: one of ``sc`` (majority vote), ``bon`` (best-of-N with a verifier), ``beam``,
-            ``particle``, ``refine``, ``fusion``, ``rse``, or an RSE ablation variant
+            ``particle``, ``refine``, ``fusion``, ``rse``, ``reflexion`` (one retry per
+            sample that fails an example its problem states), or an RSE ablation variant
             ``rse:<variant>``, each one change to the defaults: ``support-1`` (items seen once
             are shown), ``no-settle`` (never stop guiding), ``rules`` (the rules framing),
             ``short`` (the one-line framing), ``structured`` (the structured item format),
