@@ -9,7 +9,7 @@ from conftest import serving
 
 from rse_fast.encoder import Encoder
 from rse_fast.llm.client import LLMClient
-from rse_fast.methods import METHODS, Problem, make_method
+from rse_fast.methods import METHODS, Problem, VisibleResult, make_method
 from rse_fast.methods.judge import parse_score
 from rse_fast.testing import ScriptedServer
 
@@ -30,11 +30,19 @@ def build(name: str, encoder: Encoder):
     return make_method(name, parallel=4, max_tokens=256, **extra)
 
 
+def problem_for(name: str) -> Problem:
+    """The shared problem; reflexion's states a check (the answer 42), as code problems do."""
+    problem = Problem("p", PROBLEM, GOLD)
+    if name == "reflexion":
+        problem.visible_check = lambda text: VisibleResult("boxed{42}" in text, "not 42")
+    return problem
+
+
 @pytest.mark.parametrize("name", sorted(METHODS))
 async def test_method_runs_and_respects_budget(name, encoder):
     async with ScriptedServer(default_reply=reply) as srv:
         async with LLMClient(srv.base_url, "m") as client:
-            res = await build(name, encoder).run(Problem("p", PROBLEM, GOLD), BUDGET, client)
+            res = await build(name, encoder).run(problem_for(name), BUDGET, client)
     assert res.pool and res.final is not None and res.final.text
     assert abs(res.budget_error) <= 0.10, (name, res.tokens)
     assert res.ledger.total_tokens == res.tokens > 0
