@@ -33,6 +33,14 @@ STUB = '''def f(xs, k):
 '''
 
 
+RIGHT = (
+    "```python\ndef has_close_elements(numbers, threshold):\n"
+    "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+    " for b in numbers[i + 1:])\n```"
+)
+WRONG = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+
+
 def test_stated_examples_are_read_as_literals_only():
     found = visible_examples(STUB, "f")
     assert found == [
@@ -60,8 +68,7 @@ def test_humaneval_problems_check_their_own_examples_not_their_tests():
     assert len(stated) > 100  # most state examples; the rest get no check (None)
     p = next(x for x in ds.problems if x.id == "HumanEval/0")
     assert p.meta["test"] not in p.meta["visible_tests"]
-    right = "```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"  # noqa: E501
-    wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+    right, wrong = RIGHT, WRONG
     assert p.visible_check(right).passed and not p.visible_check(wrong).passed
     assert "returned True, expected False" in p.visible_check(wrong).detail
     bare = next(x for x in ds.problems if not x.meta.get("visible_tests"))
@@ -74,12 +81,8 @@ def loud_wrong_quiet_right(body: dict, index: int) -> str:
     if "Rate" in user or body.get("response_format"):
         return json.dumps({"score": 9 if "return True" in user else 3})
     if int(body.get("seed") or 0) % 2 == 0:
-        return "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
-    return (
-        "```python\ndef has_close_elements(numbers, threshold):\n"
-        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
-        " for b in numbers[i + 1:])\n```"
-    )
+        return WRONG
+    return RIGHT
 
 
 @pytest.mark.parametrize("name", ["bon", "sc"])
@@ -110,12 +113,8 @@ def wrong_then_told(body: dict, index: int) -> str:
         return json.dumps({"positive": [], "negative": []})
     prompt = json.dumps(body["messages"])
     if "returned True, expected False" in prompt:
-        return (
-            "```python\ndef has_close_elements(numbers, threshold):\n"
-            "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
-            " for b in numbers[i + 1:])\n```"
-        )
-    return "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+        return RIGHT
+    return WRONG
 
 
 async def test_rse_files_what_running_the_code_showed_as_a_grounded_pitfall():
@@ -142,12 +141,8 @@ async def test_rse_files_what_running_the_code_showed_as_a_grounded_pitfall():
 def fixed_when_told(body: dict, index: int) -> str:
     prompt = json.dumps(body["messages"])
     if "it failed: " in prompt and "returned True, expected False" in prompt:
-        return (
-            "```python\ndef has_close_elements(numbers, threshold):\n"
-            "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
-            " for b in numbers[i + 1:])\n```"
-        )
-    return "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+        return RIGHT
+    return WRONG
 
 
 async def test_reflexion_retries_a_failing_sample_with_its_own_failure_shown():
