@@ -446,8 +446,10 @@ def main() -> None:
     t0 = time.perf_counter()
     payload, samples = asyncio.run(run(args))
     payload["wall_s"] = time.perf_counter() - t0
-    path = write_result("serve", payload)
-    SAMPLES.write_text(json.dumps(samples, separators=(",", ":")) + "\n")
+    # a quick run is a check, not the committed full run: it never overwrites serve.json
+    path = write_result("serve_quick" if args.quick else "serve", payload)
+    if not args.quick:
+        SAMPLES.write_text(json.dumps(samples, separators=(",", ":")) + "\n")
     keys = ("p99_added_ms", "floor_p99_added_ms", "p99_added_vs_floor", "p99_added_vs_floor_ci90",
             "ttft_added_p50_ms",
             "errors", "soak_requests", "soak_rss_growth_mb", "wall_s")  # fmt: skip

@@ -120,6 +120,18 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("serve", "soak_rss_growth_mb", "< 10", "service RSS growth after warm-up"),
     ("stopping_quick", "wall_ratio", "≤ 0.6", "service sc: settled problem, stop ÷ no stop, wall"),
     ("stopping_quick", "stop_tokens", "–", "tokens the stopping request spent (budget 4,000)"),
+    (
+        "stopping_quick",
+        "wall_ratio_vs_exact_stop",
+        "–",
+        "library: Beta stop ÷ sc's exact stop (no vote left can change the winner)",
+    ),
+    (
+        "serve_quick",
+        "p99_added_minus_floor_ms_ci90",
+        "–",
+        "quick check (2 rounds), this CPU: ours − the floor, p99 ms, 5-95%",
+    ),
     ("distill_cache", "distill_cached_share", "≥ 0.8", "distillation prompt served from cache"),
     (
         "frontier",

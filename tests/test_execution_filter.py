@@ -56,6 +56,9 @@ def test_stated_examples_are_read_as_literals_only():
 
 @pytest.fixture(autouse=True)
 def isolation(request):
+    """The checks run code in the sandbox, which needs bubblewrap; parsing does not."""
+    if "literals_only" in request.node.name:
+        return
     if not sandbox.bwrap_works(interpreter()):
         if os.environ.get("CI") == "true":
             pytest.fail("bubblewrap cannot run here; .ci/run installs it")
