@@ -200,8 +200,19 @@ def export_tree(commit: str, dest: Path) -> Path:
     return tree
 
 
-def run_cell(name: str, cell: Cell, scripted: bool) -> None:
-    folder = WORK / name if not scripted else Path(tempfile.mkdtemp(prefix="rse-ablation-"))
+def run_cell(
+    name: str,
+    cell: Cell,
+    scripted: bool,
+    *,
+    work: Path = WORK,
+    problems: list[dict[str, Any]] | None = None,
+    method_args: dict[str, list[str]] | None = None,
+) -> None:
+    """Run (or resume) one cell. ``problems``: its problems (default: ``cell.task``'s seeded
+    sample); ``method_args``: extra worker arguments per method label (its family and
+    options, the dataset to look problems up in)."""
+    folder = work / name if not scripted else Path(tempfile.mkdtemp(prefix="rse-ablation-"))
     folder.mkdir(parents=True, exist_ok=True)
     meta_path = folder / "cell.json"
     if meta_path.exists():  # a resumed cell keeps the commit it started with
@@ -210,31 +221,40 @@ def run_cell(name: str, cell: Cell, scripted: bool) -> None:
         meta = {"cell": asdict(cell), "commit": head_commit(), "machine": machine()}
         meta_path.write_text(json.dumps(meta, indent=1))
     tree = export_tree(meta["commit"], Path(tempfile.gettempdir()) / "rse-fast-trees")
-    dataset = load_dataset(cell.task, cell.problems, cell.seed)
-    problems = [{"id": p.id, "prompt": p.prompt, "gold": p.gold} for p in dataset.problems]
-    asyncio.run(_serve_and_run(cell, folder, tree, problems, scripted))
+    if problems is None:
+        dataset = load_dataset(cell.task, cell.problems, cell.seed)
+        problems = [{"id": p.id, "prompt": p.prompt, "gold": p.gold} for p in dataset.problems]
+    asyncio.run(_serve_and_run(cell, folder, tree, problems, scripted, method_args or {}))
 
 
 async def _serve_and_run(
-    cell: Cell, folder: Path, tree: Path, problems: list[dict[str, Any]], scripted: bool
+    cell: Cell,
+    folder: Path,
+    tree: Path,
+    problems: list[dict[str, Any]],
+    scripted: bool,
+    method_args: dict[str, list[str]],
 ) -> None:
     if scripted:
         from rse_fast.testing import ScriptedServer
 
         async with ScriptedServer(default_reply="7 + 5 = 12 so \\boxed{12}") as srv:
-            await asyncio.to_thread(_chunks, cell, folder, tree, problems, srv.base_url, "s")
+            await asyncio.to_thread(
+                _chunks, cell, folder, tree, problems, srv.base_url, "s", method_args
+            )
         return
     from rse_fast.local import LocalServer
 
     async with LocalServer(cell.model, parallel=cell.k) as server:
         await asyncio.to_thread(
-            _chunks, cell, folder, tree, problems, server.base_url, server.model_name
-        )
+            _chunks, cell, folder, tree, problems, server.base_url, server.model_name,
+            method_args,
+        )  # fmt: skip
 
 
 def _chunks(
     cell: Cell, folder: Path, tree: Path, problems: list[dict[str, Any]], url: str, model: str,
-    chunk: int = 4,
+    method_args: dict[str, list[str]], chunk: int = 4,
 ) -> None:  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(tree)}
     for start in range(0, len(problems), chunk):
@@ -247,7 +267,7 @@ def _chunks(
                 "--url", url, "--model", model, "--method", method, "--label", method,
                 "--budget", str(cell.budget), "--k", str(cell.k), "--parallel", str(cell.k),
                 "--max-tokens", str(cell.max_tokens), "--max-rounds", str(cell.max_rounds),
-                "--seed", str(cell.seed),
+                "--seed", str(cell.seed), *method_args.get(method, []),
             ]  # fmt: skip
             subprocess.run(cmd, check=True, env=env, cwd=str(tree))
         print(f"{folder.name}: {min(start + chunk, len(problems))}/{len(problems)}", flush=True)

@@ -4,6 +4,10 @@ share, so ``bench/rse_ablation.py`` can run it with either on ``PYTHONPATH``:
 
     python bench/rse_worker.py --problems P.json --out OUT.jsonl --url URL --model M \
         --method rse --budget 3000 [--variant neg-only]
+
+``--dataset humaneval`` looks each problem up by id in that dataset (its stated examples and
+hidden tests come with it); ``--options JSON`` adds the family's options (``checker``:
+``visible`` or ``arithmetic``; ``execution_filter``; ``budget_mode``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,16 @@ async def run(args: argparse.Namespace) -> None:
     if not todo:
         return
     options: dict[str, Any] = {"parallel": args.parallel, "max_tokens": args.max_tokens}
+    options.update(json.loads(args.options) if args.options else {})
+    if options.get("checker") == "arithmetic":
+        from rse_fast.rse.checking import ArithmeticChecker
+
+        options["checker"] = ArithmeticChecker()
+    full: dict[str, Any] = {}
+    if args.dataset:
+        from rse_fast.eval.datasets import load_dataset
+
+        full = {p.id: p for p in load_dataset(args.dataset).problems}
     if args.method.startswith("rse"):
         options["max_rounds"] = args.max_rounds
     if args.method.startswith("rse"):
@@ -55,7 +69,8 @@ async def run(args: argparse.Namespace) -> None:
         for p in todo:
             method = make_method(name, seed=args.seed, **options)
             t0 = time.perf_counter()
-            res = await method.run(Problem(p["id"], p["prompt"], p["gold"]), args.budget, client)
+            problem = full.get(p["id"]) or Problem(p["id"], p["prompt"], p["gold"])
+            res = await method.run(problem, args.budget, client)
             rec = {
                 "id": p["id"],
                 "label": args.label,
@@ -75,6 +90,11 @@ async def run(args: argparse.Namespace) -> None:
                 "guided_rounds": res.meta.get("guided_rounds"),
                 # what each round added to the bank, so a reader can see what guided the next
                 "accepted_per_round": [d["accepted"] for d in res.meta.get("rounds_detail", [])],
+                # the checker's verdicts on what was distilled, the filter's and the retries'
+                "checks": res.meta.get("checks"),
+                "execution_filter": res.meta.get("execution_filter"),
+                "retries": res.meta.get("retries"),
+                "pool_origins": [c.origin for c in res.pool],
             }
             with open(out, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")
@@ -96,6 +116,8 @@ def main() -> None:
     parser.add_argument("--max-rounds", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dataset", help="look problems up by id in this dataset")
+    parser.add_argument("--options", help="the family's options, as JSON")
     asyncio.run(run(parser.parse_args()))
 
 
