@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,13 +305,15 @@ def guided_rounds(record: dict[str, Any]) -> set[int]:
 
 def guided_vs_sc_samples(
     dataset: Any, by_id: dict[str, Any], rse: dict[str, Any], sc: dict[str, Any], ids: list[str],
-    k: int,
+    k: int, score: Callable[[Any, list[str]], list[float]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Per problem: mean correctness of RSE's guided samples (those whose prompt carried a bank
     block) minus SC's samples at the same positions (RSE's sample j is seeded as SC's sample
     j), overall and by how many of round 1's k samples were right (the two share round 1).
     Problems without a guided sample, or where SC has no sample there, are left out: a sample
-    no bank reached says nothing about the bank."""
+    no bank reached says nothing about the bank. ``score``: each sample's score (default:
+    graded right or wrong by the dataset)."""
+    rate = score or (lambda problem, texts: graded(dataset, problem, texts))
     diffs: list[float] = []
     by_start: dict[int, list[float]] = {}
     for i in ids:
@@ -324,11 +327,11 @@ def guided_vs_sc_samples(
         ]
         if not pairs:
             continue
-        a = graded(dataset, by_id[i], [x for x, _ in pairs])
-        b = graded(dataset, by_id[i], [y for _, y in pairs])
+        a = rate(by_id[i], [x for x, _ in pairs])
+        b = rate(by_id[i], [y for _, y in pairs])
         d = (sum(a) - sum(b)) / len(pairs)
         diffs.append(d)
-        first = int(sum(graded(dataset, by_id[i], r_texts[:k])))
+        first = int(sum(rate(by_id[i], r_texts[:k])))
         by_start.setdefault(first, []).append(d)
     mean, ci = paired_difference(diffs, [0.0] * len(diffs)) if diffs else (None, (None, None))
     return {

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rse_ablation import THREE, Cell, guided_rounds, run_cell, slug
+from rse_ablation import THREE, Cell, guided_vs_sc_samples, run_cell, slug
 
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
@@ -192,42 +192,19 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     checked = "rse+check" if "rse+check" in recs else "rse+arith" if "rse+arith" in recs else None
     if checked is not None:
         base = "sc" if cell.task == HE else "rse"
-        out["guided_vs_baseline_sample"] = guided_vs_baseline(
-            ds, chosen, recs[checked], recs[base], visible=cell.task == HE
-        )
+        # on code a guided sample is scored by the stated examples it passes, the check it
+        # was guided by; on arithmetic by its answer
+        out["guided_vs_baseline_sample"] = {
+            **guided_vs_sc_samples(
+                ds, {p.id: p for p in chosen}, recs[checked], recs[base],
+                [p.id for p in chosen], cell.k, visible_passes if cell.task == HE else None,
+            ),
+            "measure": "stated examples passed" if cell.task == HE else "answer right",
+        }  # fmt: skip
         out["checks"] = verdicts([recs[checked][p.id] for p in chosen])
     out["per_problem"] = {m: dict(zip([p.id for p in chosen], s, strict=True))
                           for m, s in score.items()}  # fmt: skip
     return out
-
-
-def guided_vs_baseline(
-    ds: Dataset, chosen: list[Any], mine: dict[str, Any], base: dict[str, Any], visible: bool
-) -> dict[str, Any]:
-    """Per problem: the guided samples' pass rate (stated examples on code, the answer on
-    arithmetic) minus the baseline's samples at the same positions (sample j is seeded
-    alike), over the problems a bank reached."""
-    diffs: list[float] = []
-    for p in chosen:
-        guided = guided_rounds(mine[p.id])
-        rounds = mine[p.id].get("pool_rounds") or []
-        theirs = base[p.id]["pool_texts"]
-        pairs = [(t, theirs[j]) for j, (t, r) in enumerate(zip(mine[p.id]["pool_texts"], rounds,
-                                                               strict=False))
-                 if r in guided and j < len(theirs)]  # fmt: skip
-        if not pairs:
-            continue
-
-        diffs.append(_rate(ds, p, [a for a, _ in pairs], visible)
-                     - _rate(ds, p, [b for _, b in pairs], visible))  # fmt: skip
-    mean, ci = paired_difference(diffs, [0.0] * len(diffs)) if diffs else (None, (None, None))
-    return {"diff": mean, "ci95": list(ci), "problems": len(diffs),
-            "measure": "stated examples passed" if visible else "answer right"}  # fmt: skip
-
-
-def _rate(ds: Dataset, problem: Any, texts: list[str], visible: bool) -> float:
-    vals = visible_passes(problem, texts) if visible else [ds.grade(problem, t) for t in texts]
-    return sum(vals) / len(vals)
 
 
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -162,3 +162,51 @@ async def test_reflexion_retries_a_failing_sample_with_its_own_failure_shown():
     with pytest.raises(ValueError, match="visible_check"):
         await make_method("reflexion").run(load_dataset("gym:basic_arithmetic", 1).problems[0],
                                            1500, c)  # fmt: skip
+
+
+async def test_grounded_rse_files_failures_without_a_single_distillation():
+    """Running the code costs no tokens: with no model distillation at all, the bank holds
+    what the stated examples showed, and a later round sees it."""
+    from rse_fast.encoder import Encoder
+    from rse_fast.prompts import PITFALLS_HEADER, is_distillation
+
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    options = {"parallel": 4, "max_tokens": 96, "k": 4, "max_rounds": 2,
+               "encoder": Encoder(providers=["CPUExecutionProvider"]),
+               "config": {"settle_margin": None, "min_support_shown": 1}}  # fmt: skip
+    async with ScriptedServer(default_reply=wrong_then_told) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            method = make_method("rse:grounded", checker="visible", **options)
+            res = await method.run(p, 3000, c)
+    assert not any(is_distillation(b["messages"]) for b in srv.requests)
+    assert {r.role for r in res.ledger.records} == {"explore", "check"}
+    guided = [json.dumps(b["messages"]) for b in srv.requests if PITFALLS_HEADER in json.dumps(b)]
+    assert guided and all("returned True, expected False" in g for g in guided)
+    assert res.meta["guided_rounds"] == [2] and res.meta["checks"] == {"verified": 4}
+    assert ds.grade(p, res.final.text) == 1.0
+
+
+def right_on_even_seeds(body: dict, index: int) -> str:
+    from rse_fast.prompts import is_distillation
+
+    if is_distillation(body["messages"]):
+        return json.dumps({"positive": ["Compare each pair of numbers once."], "negative": []})
+    return RIGHT if body.get("seed", 0) % 2 == 0 else WRONG
+
+
+async def test_a_proposition_from_a_rollout_that_passed_the_stated_examples_is_verified():
+    from rse_fast.encoder import Encoder
+
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    options = {"parallel": 4, "max_tokens": 96, "k": 4, "max_rounds": 2, "seed": 0,
+               "encoder": Encoder(providers=["CPUExecutionProvider"]),
+               "config": {"settle_margin": None, "min_support_shown": 1}}  # fmt: skip
+    async with ScriptedServer(default_reply=right_on_even_seeds) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            res = await make_method("rse", checker="visible", **options).run(p, 20_000, c)
+    # round 1: two passing rollouts' propositions verified by their run; the two failing
+    # ones' unknown, and their failures filed as verified pitfalls; round 2 is not distilled
+    assert res.meta["checks"] == {"verified": 4, "unknown": 2}
+    assert res.meta["distilled_rounds"] == 1

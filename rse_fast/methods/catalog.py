@@ -57,7 +57,9 @@ def make_method(name: str, **options: Any) -> Method:
             distillation per round), ``neg-only``, ``pos-only``, ``no-dedup``,
             ``replace-longer`` (a longer new item replaces the kept one), ``guided`` and
             ``last`` (the answer from guided rounds, or the last round, only), ``pasted``
-            (distillation as a fresh prompt pasting the rollout).
+            (distillation as a fresh prompt pasting the rollout), ``grounded`` (no model
+            distillation: with ``checker="visible"``, the bank holds what running the code
+            showed).
         options: the family's keyword options (``parallel``, ``max_tokens``, ``temperature``,
             ``seed`` for all; ``judge`` for bon/beam/particle; ``k``, ``encoder`` for rse, …).
 

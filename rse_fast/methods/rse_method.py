@@ -38,6 +38,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "guided": {"select_from": "guided"},
     "last": {"select_from": "last"},
     "pasted": {"distill_continues": False},  # the distillation prompt before 2026-12-03
+    # experience from running the code alone (with checker="visible"): no model distillation
+    "grounded": {"distill_with_model": False},
 }
 
 
@@ -146,10 +148,14 @@ class RSEMethod(Method):
             guided_after = (roll + c.count_tokens(block) + 60) * self.k
             experience = dist * (k_r if cfg.distill_mode == "each" else 1)
             distil = (
-                not settled
+                cfg.distill_with_model
+                and not settled
                 and r < self.max_rounds
                 and spend.left - k_r * unit - experience >= guided_after
             )
+            # running the code costs no tokens: a checker that runs rollouts files what it
+            # saw whenever a later round may read it, bought distillation or not
+            observe = engine.observes and not settled and r < self.max_rounds
             engine.config = replace(cfg, k=k_r)
             bank_prompt_tokens += k_r * shown
             if shown:
@@ -158,7 +164,7 @@ class RSEMethod(Method):
             try:
                 result, next_block = await engine.run_round(
                     problem.prompt, r, bank, problem.gold, "" if settled else block,
-                    distil=distil, first_index=sampled,
+                    distil=distil, first_index=sampled, observe=observe,
                 )  # fmt: skip
             except RoundFailedError as exc:
                 if isinstance(exc.cause, BudgetExhaustedError) and rounds:
@@ -167,7 +173,7 @@ class RSEMethod(Method):
             sampled += k_r
             rounds.append(result)
             roll, dist = self._measure(c.ledger.records[before:], shown, roll, dist)
-            if distil:
+            if distil or observe:
                 block = next_block
             if r == 1 and engine.is_settled(result):
                 settled = True
@@ -205,6 +211,8 @@ class RSEMethod(Method):
             ],
         }
         meta["settled"] = settled
+        if self.checker is not None:
+            meta["checks"] = dict(engine.check_counts)
         meta["bank_prompt_tokens"] = bank_prompt_tokens
         meta["guided_rounds"] = guided_rounds
         meta["pool_rounds"] = [

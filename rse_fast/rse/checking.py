@@ -16,7 +16,7 @@ import ast
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal, Protocol
 
@@ -29,10 +29,22 @@ class Check:
     evidence: str = ""
 
 
+@dataclass(frozen=True)
+class Observation:
+    """What running one rollout showed: ``items``, grounded experience to file as
+    ``(kind, text, check)``; ``rollout``, the verdict that rollout's own distilled propositions
+    take where the checker cannot judge a statement alone (its code passed the examples the
+    problem states: verified)."""
+
+    items: list[tuple[str, str, Check]] = field(default_factory=list)
+    rollout: Check = Check("unknown")
+
+
 class ExperienceChecker(Protocol):
     """What checks a distilled statement (``kind``: ``positive`` or ``negative``). A checker
-    that can also run a rollout itself has ``observe(response) -> [(kind, text, Check)]``:
-    experience grounded in what happened, filed beside the distiller's."""
+    that can also run a rollout itself has ``observe(response) -> Observation``: experience
+    grounded in what happened, filed beside the distiller's (and filed even where no
+    distillation was bought: running the code costs no tokens)."""
 
     def check(self, text: str, kind: str) -> Check: ...
 
@@ -41,7 +53,9 @@ class CodeExamplesChecker:
     """Runs each rollout's code on the examples its problem states (``visible_check``: a
     ``Problem``'s, run in the sandbox) and files a failure as a pitfall naming the call, what
     came back (or what it raised) and what was expected. Statements are not code: their
-    verdict is unknown. A passing rollout files nothing: its answer speaks for itself."""
+    verdict is unknown alone; the propositions distilled from a rollout that passed the stated
+    examples are verified by that run (a passing rollout files no item of its own: its code
+    is in the pool, and the filter picks among the passing)."""
 
     def __init__(self, visible_check: Callable[[str], Any]) -> None:
         self.visible_check = visible_check
@@ -49,13 +63,16 @@ class CodeExamplesChecker:
     def check(self, text: str, kind: str) -> Check:
         return Check("unknown")
 
-    def observe(self, response: str) -> list[tuple[str, str, Check]]:
+    def observe(self, response: str) -> Observation:
         outcome = self.visible_check(response)
-        if outcome is None or outcome.passed:
-            return []
+        if outcome is None:
+            return Observation()
+        if outcome.passed:
+            return Observation(rollout=Check("verified", "its code passed the stated examples"))
         detail = str(outcome.detail).removeprefix("AssertionError: ").strip()
         text = f"An attempt's code failed an example the problem states: {detail}."
-        return [("negative", text, Check("verified", f"ran the stated examples: {detail}"))]
+        failed = Check("verified", f"ran the stated examples: {detail}")
+        return Observation([("negative", text, failed)])
 
 
 _NUMBER = r"\(?-?\d+(?:\.\d+)?\)?"

@@ -76,6 +76,10 @@ class RSEConfig:
             pastes the rollout, and less time and money where a cache serves it. None
             (default): continue once the server has reported cached prompt tokens on this
             run's calls, paste otherwise; batch mode always pastes.
+        distill_with_model: False: no rollout is distilled by the model; the bank holds
+            only what a checker that runs rollouts observed (``checker="visible"`` on code:
+            each failure on a stated example), which costs no tokens, so every token buys
+            samples. For small models, whose own distillations restate their round's errors.
         refuted_as_pitfall: with a checker (``RSE(checker=...)``), a proposition it refutes is
             filed as a pitfall stating the evidence instead of being dropped.
         attempt_max_tokens: the distiller sees the rollout's reasoning trace and final response
@@ -158,6 +162,7 @@ class RSEConfig:
     use_negative: bool = True
     drop_echoes: bool = True
     refuted_as_pitfall: bool = True
+    distill_with_model: bool = True
     select_from: Literal["all", "guided", "last"] = "all"
 
     def __post_init__(self) -> None:

@@ -33,7 +33,7 @@ from rse_fast.prompts import (
     solve_messages,
 )
 from rse_fast.rse.bank import Decision, Experience, ExperienceBank
-from rse_fast.rse.checking import ExperienceChecker
+from rse_fast.rse.checking import Check, ExperienceChecker, Observation
 from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.distill import Distilled, ItemScanner, item_statement, parse_distillation
@@ -106,6 +106,8 @@ class RSE:
         self.progress = progress
         self.bank: ExperienceBank | None = None  # the bank of the last solve, when it ends
         self.keep_bank: bool | None = None  # this solve's bank is wanted after it (see solve)
+        #: the checker's verdicts on what was filed, counted over this engine's rounds
+        self.check_counts: dict[str, int] = {}
         kernels.warmup(self.encoder.dim)
 
     def solve_sync(self, problem: str, **kw: Any) -> RSEResult:
@@ -170,8 +172,9 @@ class RSE:
                 break
             distil = self.distils(r, settled)
             result, block = await self.run_round(
-                problem, r, bank, gold, "" if settled else block, distil=distil
-            )
+                problem, r, bank, gold, "" if settled else block,
+                distil=distil and cfg.distill_with_model, observe=distil,
+            )  # fmt: skip
             rounds.append(result)
             settled = settled or (r == 1 and self.is_settled(result))
             if self.checkpoint is not None:
@@ -253,9 +256,11 @@ class RSE:
         *,
         distil: bool = True,
         first_index: int | None = None,
+        observe: bool = False,
     ) -> tuple[RoundResult, str]:
         """Round r with prompt block ``block``; returns its result and the next round's block.
-        ``distil=False``: rollouts only (the bank is not grown). ``first_index``: the run's
+        ``distil=False``: no distillation (the bank grows only by what a checker that runs
+        rollouts observed, with ``observe``: that costs no tokens). ``first_index``: the run's
         sample index of this round's first rollout (seeds follow it; default: the rollouts
         of rounds 1..r-1 as configured)."""
         cfg = self.config
@@ -293,7 +298,17 @@ class RSE:
         outcomes = await asyncio.gather(
             *(
                 self._rollout_and_distill(
-                    problem, messages, r, i, gold, counters, report, per_rollout, split, first
+                    problem,
+                    messages,
+                    r,
+                    i,
+                    gold,
+                    counters,
+                    report,
+                    per_rollout,
+                    split,
+                    first,
+                    observe,
                 )
                 for i in range(k)
             )
@@ -380,7 +395,11 @@ class RSE:
         distil: bool = True,
         split: RoundSplit | None = None,
         first: int = 0,
+        observe: bool = False,
     ) -> _Outcome:
+        """One rollout, then (``distil``) its distillation, and (``observe``, or with a
+        distillation) what the checker saw running it: grounded experience is filed even
+        where no distillation was bought."""
         cfg = self.config
         rec = RolloutRecord(index=i)
         seed = None if cfg.seed is None else cfg.seed + first + i
@@ -416,8 +435,10 @@ class RSE:
         counters["rollouts"] += 1
         report()
         if not distil:
-            now = time.perf_counter()
             rec.distill = "skipped"
+            if observe and self.observes:
+                return await self._grounded_only(rec, r, report)
+            now = time.perf_counter()
             return _Outcome(rec, [], None, now, now)
         votes = None
         if split is not None:
@@ -431,11 +452,15 @@ class RSE:
                 votes = answer_split(answers, rec.answer)
         early: dict[str, asyncio.Future[np.ndarray]] = {}
         rollout_tokens = res.usage.completion_tokens or self.client.count_tokens(res.text)
+        # the checker runs the rollout while the distiller reads it
+        seeing = asyncio.ensure_future(self._observe(rec, r))
         try:
             parsed = await self._distill(
                 problem, rec, r, seed, early, rollout_tokens, votes, rollout=messages
             )
+            seen = await seeing
         except BaseException:
+            seeing.cancel()
             _release(early)
             raise
         returned = time.perf_counter()
@@ -444,9 +469,19 @@ class RSE:
             counters["unparseable"] += 1
             report()
             return _Outcome(rec, [], None, returned, returned)
-        cands = self._file(rec, parsed, r) + await self._grounded(rec, r)
+        cands = self._file(rec, parsed, r, seen.rollout) + self._grounded(seen, rec, r)
         vectors = await self._vectors([c.text for c in cands], early) if cands else None
         rec.embedded_early = sum(1 for c in cands if c.text in early)
+        report()
+        return _Outcome(rec, cands, vectors, returned, time.perf_counter())
+
+    async def _grounded_only(
+        self, rec: RolloutRecord, r: int, report: Callable[[], None]
+    ) -> _Outcome:
+        """No distillation: what running the rollout showed, filed as experience."""
+        cands = self._grounded(await self._observe(rec, r), rec, r)
+        returned = time.perf_counter()
+        vectors = await self.encoder.aencode([c.text for c in cands]) if cands else None
         report()
         return _Outcome(rec, cands, vectors, returned, time.perf_counter())
 
@@ -550,7 +585,9 @@ class RSE:
         )
         return params, schema
 
-    def _file(self, rec: RolloutRecord, parsed: Distilled, r: int) -> list[Experience]:
+    def _file(
+        self, rec: RolloutRecord, parsed: Distilled, r: int, rollout: Check | None = None
+    ) -> list[Experience]:
         """A parsed distillation recorded on its rollout; its statements as candidates."""
         cfg = self.config
         rec.distill, rec.echoes = "ok", parsed.echoes
@@ -561,21 +598,31 @@ class RSE:
             for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
             for p, t in enumerate(texts)
         ]
-        return self._checked(found, r) if self.checker is not None else found
+        return self._checked(found, r, rollout) if self.checker is not None else found
 
-    async def _grounded(self, rec: RolloutRecord, r: int) -> list[Experience]:
+    @property
+    def observes(self) -> bool:
+        """Whether the checker runs rollouts itself (grounded experience at no token cost)."""
+        return callable(getattr(self.checker, "observe", None))
+
+    async def _observe(self, rec: RolloutRecord, r: int) -> Observation:
         """What a checker that runs rollouts observed of this one (off the event loop; its
-        time booked as the checker's), filed after the distiller's statements."""
-        observe = getattr(self.checker, "observe", None)
-        if observe is None:
-            return []
+        time booked as the checker's)."""
+        if not self.observes:
+            return Observation()
         t0 = time.perf_counter()
-        found = await asyncio.to_thread(observe, rec.text)
+        seen: Observation = await asyncio.to_thread(self.checker.observe, rec.text)  # type: ignore[union-attr]
         self._book_check(time.perf_counter() - t0, r)
+        return seen
+
+    def _grounded(self, seen: Observation, rec: RolloutRecord, r: int) -> list[Experience]:
+        """An observation's items as experience, filed after the distiller's statements."""
+        for _, _, check in seen.items:
+            self.check_counts[check.verdict] = self.check_counts.get(check.verdict, 0) + 1
         return [
             Experience(text=text, kind=kind, round=r, rollout=rec.index, position=100 + p,
                        verdict=check.verdict, evidence=check.evidence)
-            for p, (kind, text, check) in enumerate(found)
+            for p, (kind, text, check) in enumerate(seen.items)
         ]  # fmt: skip
 
     def _book_check(self, seconds: float, r: int) -> None:
@@ -584,15 +631,22 @@ class RSE:
                        endpoint="checker", task=f"round{r}", work_s=seconds)
         )  # fmt: skip
 
-    def _checked(self, found: list[Experience], r: int) -> list[Experience]:
+    def _checked(
+        self, found: list[Experience], r: int, rollout: Check | None = None
+    ) -> list[Experience]:
         """Each statement with the checker's verdict: a refuted proposition becomes a pitfall
-        stating the evidence (or is dropped), a refuted pitfall is dropped. The checker's
-        time is booked in the run's ledger (role ``check``: no tokens)."""
+        stating the evidence (or is dropped), a refuted pitfall is dropped; a proposition the
+        checker cannot judge alone takes its rollout's verdict (``rollout``: what running
+        the rollout showed). Verdicts are counted (``check_counts``); the checker's time is
+        booked in the run's ledger (role ``check``: no tokens)."""
         assert self.checker is not None
         t0 = time.perf_counter()
         kept: list[Experience] = []
         for e in found:
             check = self.checker.check(e.text, e.kind)
+            if check.verdict == "unknown" and rollout is not None and e.kind == "positive":
+                check = rollout
+            self.check_counts[check.verdict] = self.check_counts.get(check.verdict, 0) + 1
             if check.verdict != "refuted":
                 kept.append(replace(e, verdict=check.verdict, evidence=check.evidence))
             elif e.kind == "positive" and self.config.refuted_as_pitfall:

@@ -1,0 +1,53 @@
+"""Issue 41's protocol: parts fixed and disjoint, sc+filter replayed through the library's own
+filter from sc's pool, and the checker's verdicts summed as the JSON reports them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from rse_fast.eval import sandbox
+from rse_fast.eval.sandbox import interpreter
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import rse_grounded  # noqa: E402
+
+RIGHT = (
+    "```python\ndef has_close_elements(numbers, threshold):\n"
+    "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+    " for b in numbers[i + 1:])\n```"
+)
+WRONG = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+
+
+def test_the_parts_are_disjoint_and_hold_only_problems_that_state_examples() -> None:
+    parts = rse_grounded.partition()
+    assert {k: len(v) for k, v in parts.items()} == {"dev": 16, "test-0.5b": 60, "test-1.5b": 40}
+    every = [i for ids in parts.values() for i in ids]
+    assert len(set(every)) == len(every)
+    stated = {p.id for p in rse_grounded.humaneval().problems if p.meta.get("visible_tests")}
+    assert set(every) <= stated
+    assert parts == rse_grounded.partition()  # fixed: the same on every call
+
+
+def test_sc_filter_picks_the_first_sample_that_passes_the_stated_examples() -> None:
+    if not sandbox.bwrap_works(interpreter()):
+        if os.environ.get("CI") == "true":
+            pytest.fail("bubblewrap cannot run here; .ci/run installs it")
+        pytest.skip("bubblewrap (bwrap) is not available: apt-get install bubblewrap")
+    p = next(x for x in rse_grounded.humaneval().problems if x.id == "HumanEval/0")
+    assert rse_grounded.filtered_pick(p, [WRONG, RIGHT, WRONG]) == RIGHT
+    assert rse_grounded.filtered_pick(p, [WRONG, WRONG]) == WRONG  # none pass: all vote
+    assert rse_grounded.visible_passes(p, [WRONG, RIGHT]) == [0.0, 1.0]
+
+
+def test_verdicts_are_summed_over_problems_with_the_refuted_share() -> None:
+    rows = [{"checks": {"verified": 3, "refuted": 1}}, {"checks": None}, {"checks": {"unknown": 4}}]
+    got = rse_grounded.verdicts(rows)
+    assert got == {"verified": 3, "refuted": 1, "unknown": 4, "refuted_share": 1 / 8}
+    assert rse_grounded.verdicts([{}])["refuted_share"] is None
