@@ -36,7 +36,7 @@ from rse_ablation import THREE, Cell, guided_vs_sc_samples, run_cell, slug
 
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
-from rse_fast.methods.base import Candidate
+from rse_fast.methods.types import Candidate
 from rse_fast.methods.voting import passing_visible, vote_final
 
 from common import read_jsonl, write_result

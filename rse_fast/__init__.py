@@ -123,8 +123,9 @@ if TYPE_CHECKING:
     from rse_fast.llm.routing import Endpoint
     from rse_fast.llm.transport import Timeouts
     from rse_fast.llm.types import ChatResult, Choice, StreamEvent, Usage
-    from rse_fast.methods.base import Candidate, Method, MethodResult, Problem
+    from rse_fast.methods.base import Method
     from rse_fast.methods.catalog import make_method
+    from rse_fast.methods.types import Candidate, MethodResult, Problem
     from rse_fast.rse.bank import Decision, Experience, ExperienceBank
     from rse_fast.rse.config import RSEConfig
     from rse_fast.rse.engine import RSE

@@ -260,6 +260,46 @@ def import_cycles(tree: Tree) -> list[list[str]]:
     return cycles
 
 
+#: The rooms inside ``rse_fast.methods``: the domain types at the bottom, then the wave
+#: scheduler and the vote, the ``Method`` interface, sampling shared by the families, and one
+#: module per family on top. A family never imports another family (the step-wise machinery
+#: beam and particle share is its own room).
+# fmt: off
+METHOD_ROOMS: dict[str, set[str]] = {
+    "types": set(), "priors": set(), "judge": {"types"},
+    "waves": {"types"}, "voting": {"types"},
+    "base": {"types", "priors", "waves"},
+    "sampling": {"base", "types", "voting", "waves"},
+    "stepwise": {"base", "judge", "types", "voting", "waves"},
+    "sc": {"base", "sampling", "types", "voting", "waves"},
+    "bon": {"base", "judge", "sampling", "types", "voting", "waves"},
+    "fusion": {"base", "sampling", "types", "voting", "waves"},
+    "refine": {"base", "judge", "sampling", "types", "voting", "waves"},
+    "reflexion": {"base", "sampling", "types", "voting", "waves"},
+    "beam": {"stepwise", "types"}, "particle": {"stepwise", "types"},
+    "rse_method": {"base", "types", "voting", "waves"},
+    "catalog": {"base", "rse_method"},  # families are looked up by name, imported lazily
+}
+# fmt: on
+
+
+def room_violations(tree: Tree) -> list[str]:
+    """Imports inside ``rse_fast.methods`` that break ``METHOD_ROOMS``."""
+    bad = []
+    prefix = "rse_fast.methods."
+    for name in sorted(n for n in tree.modules if n.startswith(prefix)):
+        room = name.removeprefix(prefix)
+        if room not in METHOD_ROOMS:
+            bad.append(f"{name}: no room in METHOD_ROOMS says what it may import")
+            continue
+        for imp in tree.imports(name):
+            if imp.module.startswith(prefix):
+                other = imp.module.removeprefix(prefix)
+                if other != room and other not in METHOD_ROOMS[room]:
+                    bad.append(f"{name}:{imp.line} imports {imp.module} ({room} may not)")
+    return bad
+
+
 TREE = Tree.parse(ROOT)
 
 
@@ -278,6 +318,17 @@ def test_dependencies_point_one_way():
 def test_no_module_imports_another_modules_private_names():
     bad = private_name_violations(TREE)
     assert not bad, "\n".join(bad)
+
+
+def test_each_method_family_has_its_room_and_none_imports_another():
+    bad = room_violations(TREE)
+    assert not bad, "\n".join(bad)
+
+
+def test_a_family_importing_another_is_caught(copy_root, tmp_path):
+    tree = planted(copy_root, "rse_fast/methods/sc.py", "from rse_fast.methods.bon import BestOfN\n",
+                   tmp_path)  # fmt: skip
+    assert any("sc may not" in b for b in room_violations(tree))
 
 
 def test_no_import_cycles():

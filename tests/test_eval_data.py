@@ -12,7 +12,7 @@ import pytest
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.grading import Criterion, RubricGrader, parse_met, points_score, scale_score
 from rse_fast.llm.client import LLMClient
-from rse_fast.methods.base import Problem
+from rse_fast.methods.types import Problem
 from rse_fast.prompts import GRADER_SYSTEM
 from rse_fast.testing import ScriptedServer
 

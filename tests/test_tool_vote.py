@@ -11,7 +11,7 @@ from test_conformance import service
 
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods import Problem, make_method
-from rse_fast.methods.sampling import tool_call_key
+from rse_fast.methods.voting import tool_call_key
 from rse_fast.testing import ScriptedServer
 from rse_fast.testing.server import Reply
 

@@ -27,7 +27,7 @@ from rse_fast.answers import Verdict, check_equivalence, extract_answer
 from rse_fast.eval.examples import visible_examples, visible_tests
 from rse_fast.eval.grading import Criterion
 from rse_fast.eval.sandbox import Limits, run_tests
-from rse_fast.methods.base import Problem, VisibleResult
+from rse_fast.methods.types import Problem, VisibleResult
 
 Kind = Literal["verifiable", "code", "rubric"]
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from rse_fast.errors import LLMError
 from rse_fast.llm.client import LLMClient
-from rse_fast.methods.base import Problem
 from rse_fast.methods.judge import parse_score
+from rse_fast.methods.types import Problem
 from rse_fast.prompts import (
     JUDGE_SCHEMA,
     MET_SCHEMA,

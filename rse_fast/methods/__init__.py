@@ -11,18 +11,18 @@ _LAZY = {
     "METHODS": "rse_fast.methods.catalog",
     "make_method": "rse_fast.methods.catalog",
     "Method": "rse_fast.methods.base",
-    "MethodResult": "rse_fast.methods.base",
-    "Problem": "rse_fast.methods.base",
-    "VisibleResult": "rse_fast.methods.base",
+    "MethodResult": "rse_fast.methods.types",
+    "Problem": "rse_fast.methods.types",
+    "VisibleResult": "rse_fast.methods.types",
     "PriorStore": "rse_fast.methods.priors",
-    "Candidate": "rse_fast.methods.base",
+    "Candidate": "rse_fast.methods.types",
     "LLMJudge": "rse_fast.methods.judge",
     "HTTPRewardModel": "rse_fast.methods.judge",
-    "SelfConsistency": "rse_fast.methods.sampling",
-    "BestOfN": "rse_fast.methods.sampling",
-    "Fusion": "rse_fast.methods.sampling",
-    "BeamSearch": "rse_fast.methods.stepwise",
-    "ParticleFilter": "rse_fast.methods.stepwise",
+    "SelfConsistency": "rse_fast.methods.sc",
+    "BestOfN": "rse_fast.methods.bon",
+    "Fusion": "rse_fast.methods.fusion",
+    "BeamSearch": "rse_fast.methods.beam",
+    "ParticleFilter": "rse_fast.methods.particle",
     "Refinement": "rse_fast.methods.refine",
     "RSEMethod": "rse_fast.methods.rse_method",
 }
@@ -47,13 +47,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, VisibleResult
+    from rse_fast.methods.base import Method
+    from rse_fast.methods.beam import BeamSearch
+    from rse_fast.methods.bon import BestOfN
     from rse_fast.methods.catalog import METHODS, make_method
+    from rse_fast.methods.fusion import Fusion
     from rse_fast.methods.judge import HTTPRewardModel, LLMJudge
+    from rse_fast.methods.particle import ParticleFilter
     from rse_fast.methods.priors import PriorStore
     from rse_fast.methods.refine import Refinement
     from rse_fast.methods.rse_method import RSEMethod
-    from rse_fast.methods.sampling import BestOfN, Fusion, SelfConsistency
-    from rse_fast.methods.stepwise import BeamSearch, ParticleFilter
+    from rse_fast.methods.sc import SelfConsistency
+    from rse_fast.methods.types import Candidate, MethodResult, Problem, VisibleResult
 
 __getattr__, __dir__ = attach(__name__, _LAZY, globals())

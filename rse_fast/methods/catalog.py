@@ -14,12 +14,12 @@ from rse_fast.methods.base import Method
 
 #: name -> (module, class) of each family.
 FAMILIES: dict[str, tuple[str, str]] = {
-    "sc": ("rse_fast.methods.sampling", "SelfConsistency"),
-    "bon": ("rse_fast.methods.sampling", "BestOfN"),
-    "beam": ("rse_fast.methods.stepwise", "BeamSearch"),
-    "particle": ("rse_fast.methods.stepwise", "ParticleFilter"),
+    "sc": ("rse_fast.methods.sc", "SelfConsistency"),
+    "bon": ("rse_fast.methods.bon", "BestOfN"),
+    "beam": ("rse_fast.methods.beam", "BeamSearch"),
+    "particle": ("rse_fast.methods.particle", "ParticleFilter"),
     "refine": ("rse_fast.methods.refine", "Refinement"),
-    "fusion": ("rse_fast.methods.sampling", "Fusion"),
+    "fusion": ("rse_fast.methods.fusion", "Fusion"),
     "rse": ("rse_fast.methods.rse_method", "RSEMethod"),
     "reflexion": ("rse_fast.methods.reflexion", "Reflexion"),
 }

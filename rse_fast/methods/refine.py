@@ -12,9 +12,12 @@ from typing import Any
 
 from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
-from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, best_index
+from rse_fast.methods.base import Method
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.sampling import sample
+from rse_fast.methods.types import Candidate, MethodResult, Problem
+from rse_fast.methods.voting import best_index
+from rse_fast.methods.waves import Spend
 from rse_fast.prompts import critique_messages, revise_messages
 
 

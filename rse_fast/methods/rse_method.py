@@ -14,8 +14,10 @@ from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError, RoundFailedError
 from rse_fast.llm.client import LLMClient
-from rse_fast.methods.base import Candidate, Method, MethodResult, Problem, Spend, blend
+from rse_fast.methods.base import Method, blend
+from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import passing_visible, vote_final
+from rse_fast.methods.waves import Spend
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.checking import CodeExamplesChecker, ExperienceChecker
 from rse_fast.rse.config import RSEConfig

@@ -1,4 +1,5 @@
-"""Step-wise search scored by the judge: beam search and particle filtering.
+"""Step-wise search scored by the judge, shared by beam search (``beam``) and particle
+filtering (``particle``).
 
 A step is one short paragraph asked for with ``next_step_messages`` (no assistant prefill, so any
 server works); a path is finished when a step carries the final answer in ``\\boxed{}`` (an
@@ -11,8 +12,6 @@ holds unfinished work. Each distinct path is judged once per run.
 from __future__ import annotations
 
 import asyncio
-import math
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,16 +19,11 @@ from rse_fast.answers import extract_boxed
 from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
-from rse_fast.methods.base import (
-    Candidate,
-    Method,
-    MethodResult,
-    Problem,
-    Spend,
-    best_index,
-    prompt_cost,
-)
+from rse_fast.methods.base import Method, prompt_cost
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
+from rse_fast.methods.types import Candidate, MethodResult, Problem
+from rse_fast.methods.voting import best_index
+from rse_fast.methods.waves import Spend
 from rse_fast.prompts import END_MARK, finish_messages, next_step_messages
 
 
@@ -46,7 +40,7 @@ class SearchPath:
 
 
 @dataclass
-class _Run:
+class SearchRun:
     """What every call of one search run shares: its client view, scorer, task and budget."""
 
     c: LLMClient
@@ -63,7 +57,7 @@ def strip_mark(step: str) -> str:
     return step.replace(END_MARK, "").rstrip()
 
 
-class _Stepwise(Method):
+class Stepwise(Method):
     def __init__(
         self,
         *,
@@ -84,7 +78,7 @@ class _Stepwise(Method):
         )
 
     async def _grow(
-        self, run: _Run, path: SearchPath, seed: int, *, finish: bool = False
+        self, run: SearchRun, path: SearchPath, seed: int, *, finish: bool = False
     ) -> SearchPath:
         """One call that adds the next step to ``path`` or (``finish``) writes the rest of it
         to its end; the new path is judged (each distinct path once per run)."""
@@ -131,7 +125,7 @@ class _Stepwise(Method):
         return max(1, min(cap, spend.units_left(per_path_level * levels)))
 
     async def _search(
-        self, run: _Run, tree: int, n: int
+        self, run: SearchRun, tree: int, n: int
     ) -> tuple[list[SearchPath], list[SearchPath], int]:
         raise NotImplementedError
 
@@ -154,7 +148,7 @@ class _Stepwise(Method):
         # finishing is held back only until some path has finished on its own
         spend = Spend(c.ledger, budget, reserve=lambda: 0.0 if finished else self._finish_reserve())
         self._forget_costs()
-        state = _Run(c, scorer, problem, spend)
+        state = SearchRun(c, scorer, problem, spend)
         frontier: list[SearchPath] = []
         # Size the first search from a pessimistic guess (every step at its token cap, three
         # levels); later searches use what the previous one really cost per path.
@@ -179,7 +173,7 @@ class _Stepwise(Method):
 
     async def _complete(
         self,
-        run: _Run,
+        run: SearchRun,
         budget: int,
         finished: list[SearchPath],
         frontier: list[SearchPath],
@@ -222,149 +216,3 @@ class _Stepwise(Method):
             ledger,
             {"depth": depth, "finished": len(paths), **scorer.counts()},
         )
-
-
-class BeamSearch(_Stepwise):
-    """Keep the ``width`` best partial solutions; expand each ``expand`` ways per level."""
-
-    name = "beam"
-
-    def _paths(self) -> int:
-        return self.width
-
-    async def _search(
-        self, run: _Run, tree: int, n: int
-    ) -> tuple[list[SearchPath], list[SearchPath], int]:
-        spend = run.spend
-        beams, finished = [SearchPath()], []
-        depth = 0
-        while beams and depth < self.max_depth:
-            pairs = [(b, e) for b in range(len(beams)) for e in range(self.expand)]
-            pairs = pairs[: self._affordable(spend, len(pairs), depth)]
-            if not pairs:
-                break
-            before = spend.spent
-            children = await asyncio.gather(
-                *(
-                    self._grow(
-                        run, beams[b], self.seed + 100_000 * tree + 1000 * depth + 10 * b + e
-                    )
-                    for b, e in pairs
-                )
-            )
-            self._per_ext = (spend.spent - before) / len(pairs)
-            per_beam = self._per_ext * self.expand
-            depth += 1
-            finished += [p for p in children if p.finished]
-            open_ = sorted((p for p in children if not p.finished), key=lambda p: -p.score)
-            beams = open_[: self._fit(spend, per_beam, depth, cap=min(len(open_), n))]
-        return finished, beams, depth
-
-
-def systematic_resample(weights: list[float], n: int, rng: random.Random) -> list[int]:
-    """Indices drawn by systematic resampling: one uniform offset, n evenly spaced pointers
-    through the cumulative weights (lower variance than n independent draws)."""
-    total = sum(weights)
-    if total <= 0:
-        weights, total = [1.0] * len(weights), float(len(weights))
-    step = total / n
-    u = rng.random() * step
-    out, cumulative, i = [], weights[0], 0
-    for k in range(n):
-        pointer = u + k * step
-        while pointer > cumulative and i < len(weights) - 1:
-            i += 1
-            cumulative += weights[i]
-        out.append(i)
-    return out
-
-
-def _copy(path: SearchPath) -> SearchPath:
-    return SearchPath(list(path.steps), path.score, path.cost)
-
-
-def effective_sample_size(weights: list[float]) -> float:
-    """1 / Σ w̃² of the normalised weights: n when uniform, 1 when one particle has it all."""
-    total = sum(weights)
-    if total <= 0:
-        return 0.0
-    return 1.0 / sum((w / total) ** 2 for w in weights)
-
-
-class ParticleFilter(_Stepwise):
-    """``width × expand`` particles extended one step at a time and weighted by a softmax of
-    their judge scores; resampled systematically when the effective sample size falls below
-    ``ess_threshold`` × particles (1.0: every step). Finished particles leave the filter and
-    are kept in the pool."""
-
-    name = "particle"
-
-    def __init__(
-        self, *, resample_temperature: float = 1.0, ess_threshold: float = 0.5, **kw: Any
-    ) -> None:
-        super().__init__(**kw)
-        if not 0.0 <= ess_threshold <= 1.0:
-            raise ValueError(f"ess_threshold must be in [0, 1], got {ess_threshold}")
-        self.resample_temperature, self.ess_threshold = resample_temperature, ess_threshold
-        self.resamples = 0  # ESS-triggered resamplings in the current run
-
-    def _paths(self) -> int:
-        return max(2, self.width * self.expand)
-
-    async def _search(
-        self, run: _Run, tree: int, n: int
-    ) -> tuple[list[SearchPath], list[SearchPath], int]:
-        spend = run.spend
-        rng = random.Random(self.seed + tree)
-        particles, finished = [SearchPath() for _ in range(n)], []
-        depth = 0
-        while particles and depth < self.max_depth:
-            affordable = particles[: self._affordable(spend, len(particles), depth)]
-            if not affordable:
-                break  # the open particles go back to be finished
-            particles = affordable
-            before = spend.spent
-            moved = await asyncio.gather(
-                *(
-                    self._grow(run, p, self.seed + 100_000 * tree + 1000 * depth + k)
-                    for k, p in enumerate(particles)
-                )
-            )
-            per_particle = self._per_ext = (spend.spent - before) / len(particles)
-            depth += 1
-            finished += [p for p in moved if p.finished]
-            alive = [p for p in moved if not p.finished]
-            size = self._fit(spend, per_particle, depth, cap=2 * self._paths())
-            particles = self._next_generation(alive, size, rng) if alive else []
-        return finished, particles, depth
-
-    def weights(self, alive: list[SearchPath]) -> list[float]:
-        finite = [p.score for p in alive if p.score > float("-inf")]
-        base = max(finite) if finite else 0.0
-        return [
-            math.exp((p.score - base) / self.resample_temperature)
-            if p.score > float("-inf")
-            else 0.0
-            for p in alive
-        ]
-
-    def _next_generation(
-        self, alive: list[SearchPath], n: int, rng: random.Random
-    ) -> list[SearchPath]:
-        """Resample ``n`` particles systematically when the effective sample size is below
-        the threshold; otherwise keep them, trimmed to the ``n`` heaviest or topped up by
-        systematic draws when the budget changes how many fit."""
-        w = self.weights(alive)
-        if effective_sample_size(w) < self.ess_threshold * len(alive):
-            self.resamples += 1
-            return [_copy(alive[i]) for i in systematic_resample(w, n, rng)]
-        if n <= len(alive):
-            heaviest = sorted(range(len(alive)), key=lambda i: -w[i])[:n]
-            return [alive[i] for i in sorted(heaviest)]
-        return alive + [_copy(alive[i]) for i in systematic_resample(w, n - len(alive), rng)]
-
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        self.resamples = 0
-        result = await super().run(problem, budget, client)
-        result.meta["resamples"] = self.resamples
-        return result

@@ -6,9 +6,11 @@ token probabilities (``rse_fast.answers.confidence``)."""
 from __future__ import annotations
 
 import asyncio
+import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, majority_vote
 from rse_fast.answers.confidence import (
@@ -19,7 +21,7 @@ from rse_fast.answers.confidence import (
     threshold_from_warmup,
     token_confidences,
 )
-from rse_fast.methods.base import Candidate, VisibleResult
+from rse_fast.methods.types import Candidate, VisibleResult
 
 
 def vote_final(pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
@@ -155,3 +157,46 @@ async def passing_visible(
     meta = {"passed": len(passing), "of": len(pool), "distinct_run": len(verdicts),
             "fell_back": not passing}  # fmt: skip
     return (passing or pool), meta
+
+
+def best_index(scores: list[float]) -> int | None:
+    """Index of the highest score (NaN counts as lowest), ties to the earliest; None if empty."""
+    if not scores:
+        return None
+    return max(
+        range(len(scores)),
+        key=lambda k: (scores[k] if scores[k] == scores[k] else float("-inf"), -k),
+    )
+
+
+ToolVote = Literal["name", "arguments"]
+
+
+def tool_call_key(calls: Sequence[dict[str, Any]], match: ToolVote) -> str:
+    """What two agentic replies must share to count as the same vote: the names of the
+    functions called (as a multiset), or names and arguments (arguments parsed, so key order
+    and spacing do not matter). A reply without tool calls votes for answering in text."""
+    if not calls:
+        return "(no tool call)"
+    parts = []
+    for call in calls:
+        fn = call.get("function") or {}
+        name = str(fn.get("name"))
+        if match == "arguments":
+            raw = fn.get("arguments")
+            try:
+                args = json.dumps(json.loads(raw) if isinstance(raw, str) else raw, sort_keys=True)
+            except ValueError:
+                args = " ".join(str(raw).split())
+            name = f"{name}({args})"
+        parts.append(name)
+    return " | ".join(sorted(parts))
+
+
+def vote_tools(pool: list[Candidate], match: ToolVote) -> tuple[Candidate | None, dict[str, Any]]:
+    keys = [tool_call_key(c.tool_calls, match) for c in pool]
+    counts = Counter(keys)
+    if not counts:
+        return None, {"votes": 0, "voters": 0}
+    winner, votes = max(counts.items(), key=lambda kv: (kv[1], -keys.index(kv[0])))
+    return pool[keys.index(winner)], {"votes": votes, "voters": len(keys), "tool_vote": winner}

@@ -1,0 +1,124 @@
+"""Self-consistency: a majority vote over independent samples, with the exact or statistical
+stop, confidence rules and the execution filter."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rse_fast.answers import off_loop
+from rse_fast.llm.client import LLMClient
+from rse_fast.methods.base import Method
+from rse_fast.methods.sampling import prefix_within, sample, sample_cost, sample_online, sub_ledger
+from rse_fast.methods.types import Candidate, MethodResult, Problem
+from rse_fast.methods.voting import (
+    ConfidenceRule,
+    OnlineGate,
+    ToolVote,
+    beta_settled,
+    confident_vote,
+    passing_visible,
+    settled,
+    tool_call_key,
+    vote_final,
+    vote_settled,
+    vote_tools,
+)
+from rse_fast.methods.waves import EarlyStop, Spend, in_waves
+
+
+class SelfConsistency(Method):
+    """Majority vote over independent samples: over final answers, or for an agentic request
+    (a problem with ``tools``) over the tool calls asked for, matched by ``tool_vote``
+    (function names, or names and arguments). ``early_stop``: cancel the calls in flight and
+    stop once the votes left cannot change the winner (the saving is reported in meta).
+    ``stop_epsilon``: stop as soon as the vote is statistically settled (the leader is the
+    mode of the top two at ``1 - stop_epsilon``, Beta criterion; implies ``early_stop``).
+    ``confidence``: a :class:`ConfidenceRule` (or ``True`` for the default one): samples ask
+    for their logprobs and the vote filters and weights by the model's confidence.
+    In ``cap`` mode what a stop leaves unspent is the result's ``unspent`` and stays out of
+    the ledger (and so of the service's usage). ``execution_filter``: on a problem with a
+    ``visible_check`` (code run on the examples it states), the vote is among the samples
+    that pass them (all, when none does)."""
+
+    name = "sc"
+    subsamples = True
+
+    def __init__(
+        self,
+        *,
+        early_stop: bool = False,
+        tool_vote: ToolVote = "arguments",
+        stop_epsilon: float | None = None,
+        confidence: ConfidenceRule | bool | None = None,
+        execution_filter: bool = False,
+        **kw: Any,
+    ) -> None:
+        super().__init__(**kw)
+        self.execution_filter = execution_filter
+        if tool_vote not in ("name", "arguments"):
+            raise ValueError(f"tool_vote must be 'name' or 'arguments', got {tool_vote!r}")
+        if stop_epsilon is not None and not 0 < stop_epsilon < 1:
+            raise ValueError(f"stop_epsilon must be in (0, 1), got {stop_epsilon}")
+        self.early_stop, self.tool_vote = early_stop or stop_epsilon is not None, tool_vote
+        self.stop_epsilon = stop_epsilon
+        self.confidence = ConfidenceRule() if confidence is True else confidence or None
+
+    def _final(
+        self, problem: Problem, pool: list[Candidate]
+    ) -> tuple[Candidate | None, dict[str, Any]]:
+        if problem.tools:
+            return vote_tools(pool, self.tool_vote)
+        if self.confidence is not None:
+            return confident_vote(pool, self.confidence)
+        return vote_final(pool)
+
+    def _settled(self, problem: Problem) -> Any:
+        if not problem.tools:
+            return beta_settled(self.stop_epsilon) if self.stop_epsilon else vote_settled
+        return lambda pool, left: settled(
+            list(Counter(tool_call_key(c.tool_calls, self.tool_vote) for c in pool).values()), left
+        )
+
+    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+        if problem.open_ended and not problem.tools:
+            raise ValueError("self-consistency votes on final answers: use it on verifiable tasks")
+        c = await self.metered(client, budget, problem)
+        early = EarlyStop(self._settled(problem)) if self.early_stop else None
+        estimate = sample_cost(self, c, problem)
+        rule = self.confidence
+        gate = OnlineGate(rule) if rule is not None and rule.online else None
+        pool = await in_waves(
+            (lambda i: sample_online(self, c, problem, i, gate))
+            if gate is not None
+            else (lambda i: sample(self, c, problem, i, confidence=rule)),
+            Spend(c.ledger, budget),
+            self.planned_cost(estimate),
+            self.parallel,
+            minimum=1,
+            early=early,
+        )
+        self.learn(pool, estimate, c.ledger.total_tokens)
+        voters, checked = pool, None
+        if self.execution_filter and problem.visible_check is not None:
+            voters, checked = await passing_visible(pool, problem.visible_check)
+        final, meta = await off_loop(self._final, problem, voters)
+        if checked is not None:
+            meta["execution_filter"] = checked
+        if gate is not None:
+            meta["online"] = {"threshold": gate.threshold, "stopped": gate.stopped}
+        if early is not None:
+            meta["early_stop"] = {
+                "stopped": early.stopped,
+                "cancelled": early.cancelled,
+                "saved_tokens_estimate": early.saved_tokens,
+                "rule": f"beta, epsilon {self.stop_epsilon}" if self.stop_epsilon else "exact",
+            }
+        return MethodResult(self.name, budget, final, pool, c.ledger, meta)
+
+    def subsample(self, full: MethodResult, budget: int) -> MethodResult:
+        pool = prefix_within(full.pool, budget)
+        final, meta = (
+            vote_tools(pool, self.tool_vote) if "tool_vote" in full.meta else vote_final(pool)
+        )
+        return MethodResult(self.name, budget, final, pool, sub_ledger(full.ledger, pool), meta)

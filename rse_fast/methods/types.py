@@ -1,0 +1,118 @@
+"""The domain of every TTS family, shared with the evaluation and the service: a problem,
+a candidate, a method's result, what a stated-example check returned."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rse_fast.answers import extract_answer
+from rse_fast.llm.ledger import Ledger
+from rse_fast.llm.types import Message
+from rse_fast.prompts import solve_messages
+
+
+@dataclass
+class Candidate:
+    """One output in the pool: text, extracted answer, scores by name, and its token cost."""
+
+    text: str
+    answer: str | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+    cost: int = 0  # tokens spent producing (and scoring) this candidate
+    completion_tokens: int = 0  # of which the generated text itself
+    origin: str = "sample"  # sample | refine | fuse | beam | particle | rse-round-N
+    tool_calls: tuple[dict[str, Any], ...] = ()  # agentic requests: the calls it asked for
+
+    @classmethod
+    def of(cls, text: str, **kw: Any) -> Candidate:
+        return cls(text=text, answer=extract_answer(text), **kw)
+
+
+@dataclass
+class MethodResult:
+    method: str
+    budget: int
+    final: Candidate | None
+    pool: list[Candidate]
+    ledger: Ledger
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return self.ledger.total_tokens
+
+    @property
+    def budget_error(self) -> float:
+        return self.tokens / self.budget - 1 if self.budget else 0.0
+
+    @property
+    def unspent(self) -> int:
+        """Budget a run left unspent (a stop once its answer was settled, or a cap's rest)."""
+        return max(0, self.budget - self.tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "budget": self.budget,
+            "tokens": self.tokens,
+            "unspent": self.unspent,
+            "final": asdict(self.final) if self.final else None,
+            "pool": [asdict(c) for c in self.pool],
+            "ledger": self.ledger.summary(),
+            "meta": self.meta,
+        }
+
+
+@dataclass(frozen=True)
+class VisibleResult:
+    """A response run on the examples its problem states: passed, or the first failure
+    (the call, what came back or what it raised, and what was expected)."""
+
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class Problem:
+    """A task: the prompt text (the last user turn), and (for verifiable tasks) a gold answer.
+
+    ``history`` holds the earlier turns of a conversation, roles kept; ``open_ended`` marks a
+    task answered by a complete free-form response (no ``\\boxed{}`` answer, no vote).
+    An agentic request comes as its own ``conversation`` (sent as written, the caller's system
+    prompt and tool results included) with the ``tools`` it may call.
+    """
+
+    id: str
+    prompt: str
+    gold: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    history: tuple[Message, ...] = ()
+    open_ended: bool = False
+    conversation: tuple[Message, ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | dict[str, Any] | None = None
+    #: a check that is free at solving time: whether a response passes the examples the
+    #: problem itself states (code run in the sandbox, with what the first failure returned),
+    #: None where it states none. The hidden tests are for grading alone and never here.
+    visible_check: Callable[[str], VisibleResult | None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def transcript(self) -> str:
+        """The whole task as text for judges and graders: the conversation with its roles,
+        or the prompt alone when there is no history."""
+        if not self.history:
+            return self.prompt
+        turns = [*self.history, {"role": "user", "content": self.prompt}]
+        return "\n\n".join(f"[{m['role']}]\n{str(m.get('content') or '').strip()}" for m in turns)
+
+    def messages(self, experience_block: str = "") -> list[Message]:
+        """The chat messages that ask for one response to this task."""
+        if self.conversation:
+            return list(self.conversation)
+        return solve_messages(
+            self.prompt, experience_block, open_ended=self.open_ended, history=self.history
+        )
