@@ -9,6 +9,7 @@ first calls so that the total lands near the budget.
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from rse_fast.errors import BudgetTooSmallError
@@ -152,6 +153,31 @@ class Method(abc.ABC):
         self.completion_prior = blend(self.completion_prior, measured)
         self.cost_ratio = blend(self.cost_ratio, spent / len(pool) / estimate)
         self.persist_priors()
+
+    #: whether the family reports its own progress (the service then forwards it as is)
+    reports_progress: ClassVar[bool] = False
+    #: whether the family embeds text (the service then lends it its shared encoder)
+    needs_encoder: ClassVar[bool] = False
+    #: whether the family answers agentic requests (``tools`` in a request)
+    takes_tools: ClassVar[bool] = False
+    #: the service request fields this family reads in :meth:`request_options`
+    request_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def request_options(
+        cls, request: Mapping[str, Any], *, encoder: Any = None, progress: Any = None
+    ) -> dict[str, Any]:
+        """This family's options from a service request (its fields by name, beyond those
+        every family takes): how the service builds any family without naming one."""
+        return {}
+
+    def reply_details(self, result: MethodResult) -> dict[str, Any]:
+        """What a reply's details show of a run (the service's ``rse_fast`` field)."""
+        return {k: v for k, v in result.meta.items() if k != "bank_sizes"}
+
+    def bank_shown(self, result: MethodResult) -> bool | None:
+        """Whether a bank of experience reached a prompt (None: the family keeps none)."""
+        return None
 
     @abc.abstractmethod
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:

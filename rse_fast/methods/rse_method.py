@@ -6,8 +6,8 @@ Variants for ablations are named ``rse:<variant>`` (see :data:`VARIANTS`): each 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, replace
 from typing import Any, Literal
 
 from rse_fast.answers import off_loop
@@ -102,6 +102,32 @@ class RSEMethod(Method):
         if variant:
             self.name = f"rse:{variant}"
         RSEConfig(**self.overrides)  # unknown or invalid fields fail here, not mid-run
+
+    reports_progress = True
+    needs_encoder = True
+    request_fields = frozenset({"k", "rounds", "tau", "settle_margin"})
+
+    @classmethod
+    def request_options(
+        cls, request: Mapping[str, Any], *, encoder: Any = None, progress: Any = None
+    ) -> dict[str, Any]:
+        return {
+            "encoder": encoder,
+            "k": request["k"],
+            "max_rounds": request["rounds"],
+            "config": {
+                "tau_positive": request["tau"],
+                "tau_negative": request["tau"],
+                "settle_margin": request["settle_margin"],
+            },
+            "progress": (lambda p: progress(asdict(p))) if progress else None,
+        }
+
+    def reply_details(self, result: MethodResult) -> dict[str, Any]:
+        return {"votes": result.meta.get("votes"), "rounds": result.meta.get("rounds_detail", [])}
+
+    def bank_shown(self, result: MethodResult) -> bool | None:
+        return bool(result.meta.get("guided_rounds"))
 
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
         """Rounds of at most ``k`` rollouts until the budget (or ``max_rounds``) is spent. A

@@ -4,6 +4,7 @@ stop, confidence rules and the execution filter."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from rse_fast.answers import off_loop
@@ -42,6 +43,8 @@ class SelfConsistency(Method):
     that pass them (all, when none does)."""
 
     name = "sc"
+    takes_tools = True
+    request_fields = frozenset({"tool_vote", "stop_epsilon", "confidence"})
     subsamples = True
 
     def __init__(
@@ -63,6 +66,12 @@ class SelfConsistency(Method):
         self.early_stop, self.tool_vote = early_stop or stop_epsilon is not None, tool_vote
         self.stop_epsilon = stop_epsilon
         self.confidence = ConfidenceRule() if confidence is True else confidence or None
+
+    @classmethod
+    def request_options(
+        cls, request: Mapping[str, Any], *, encoder: Any = None, progress: Any = None
+    ) -> dict[str, Any]:
+        return {name: request[name] for name in cls.request_fields}
 
     def _final(
         self, problem: Problem, pool: list[Candidate]

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from rse_fast.llm.client import LLMClient
+from rse_fast.methods import METHODS
 from rse_fast.serve.errors import error_event, failure, sse_event
 from rse_fast.serve.metrics import Metrics
 from rse_fast.serve.passthrough import SSE_HEADERS
@@ -32,7 +33,7 @@ class MethodAnswers:
         self._encoder_lock = asyncio.Lock()
 
     async def encoder_for(self, spec: MethodRequest) -> Any:
-        if spec.method != "rse":
+        if not METHODS[spec.method].needs_encoder:
             return None
         async with self._encoder_lock:
             if self._encoder is None:

@@ -21,7 +21,7 @@ from typing import Any
 from rse_fast.errors import BudgetTooSmallError, RequestError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
-from rse_fast.methods import PriorStore, Problem, make_method
+from rse_fast.methods import METHODS, PriorStore, Problem, make_method
 
 METHOD_PREFIXES = ("rse", "sc", "bon", "beam", "particle", "refine", "fusion")
 Progress = Callable[[dict[str, Any]], None]
@@ -101,7 +101,7 @@ def _number(
 
 def _refuse_unhonoured(body: dict[str, Any], method: str) -> None:
     for name, neutral in REFUSED_UNLESS.items():
-        if method == "sc" and name in TOOL_FIELDS:
+        if METHODS[method].takes_tools and name in TOOL_FIELDS:
             continue
         if name in body and body[name] is not None and body[name] != neutral:
             raise RequestError(
@@ -131,7 +131,7 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         raise RequestError(
             "method requests need user messages with non-empty text content", param="messages"
         )
-    tools = body.get("tools") if prefix == "sc" else None
+    tools = body.get("tools") if METHODS[prefix].takes_tools else None
     if tools is not None and (
         not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
     ):
@@ -145,8 +145,13 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
     if settle is not None:
         settle = _number(body, "settle_margin", float, 1.0, 0.001, 1.0)
     for name in ("stop_epsilon", "confidence"):
-        if body.get(name) not in (None, False) and prefix != "sc":
-            raise RequestError(f"'{name}' is an option of method 'sc' only", param=name)
+        if body.get(name) not in (None, False) and name not in METHODS[prefix].request_fields:
+            takers = sorted(m for m in METHOD_PREFIXES if name in METHODS[m].request_fields)
+            raise RequestError(
+                f"'{name}' is not an option of method '{prefix}' (methods that take it: "
+                f"{', '.join(takers)})",
+                param=name,
+            )
     stop_epsilon = body.get("stop_epsilon")
     if stop_epsilon is not None:
         stop_epsilon = _number(body, "stop_epsilon", float, None, 0.0001, 0.5)
@@ -219,24 +224,10 @@ async def run_method(
         seed=spec.seed,
         budget_mode="cap",  # the service's promise: usage never above the budget
     )
-    if spec.method == "rse":
-        options.update(
-            encoder=encoder,
-            k=spec.k,
-            max_rounds=spec.rounds,
-            config={
-                "tau_positive": spec.tau,
-                "tau_negative": spec.tau,
-                "settle_margin": spec.settle_margin,
-            },
-            progress=(lambda p: progress(asdict(p))) if progress else None,
-        )
-    elif progress:
+    family = METHODS[spec.method]
+    options.update(family.request_options(asdict(spec), encoder=encoder, progress=progress))
+    if progress and not family.reports_progress:
         progress({"method": spec.method, "status": "started", "budget": spec.budget})
-    if spec.method == "sc":
-        options.update(
-            tool_vote=spec.tool_vote, stop_epsilon=spec.stop_epsilon, confidence=spec.confidence
-        )
     method = make_method(spec.method, **options).keep_priors(PRIORS)
     problem = Problem(
         "request",
@@ -261,11 +252,7 @@ async def run_method(
         "tokens": res.tokens,
         "pool": len(res.pool),
     }
-    details.update(
-        {k: v for k, v in res.meta.items() if k != "bank_sizes"} if spec.method != "rse" else {}
-    )
-    if spec.method == "rse":
-        details.update(votes=res.meta.get("votes"), rounds=res.meta.get("rounds_detail", []))
+    details.update(method.reply_details(res))
     completion: dict[str, Any] = {
         "id": f"chatcmpl-rse-{int(time.time() * 1000)}",
         "object": "chat.completion",
@@ -284,5 +271,4 @@ async def run_method(
     if spec.details:
         completion["rse_fast"] = details
     roles = {k: v.total_tokens for k, v in res.ledger.by_role().items()}
-    shown = bool(res.meta.get("guided_rounds")) if spec.method == "rse" else None
-    return Outcome(completion, roles, shown)
+    return Outcome(completion, roles, method.bank_shown(res))
