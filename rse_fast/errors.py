@@ -78,13 +78,18 @@ class LLMTimeoutError(LLMError):
     retryable = True
 
 
-class BudgetExhaustedError(LLMError):
+class BudgetError(RSEFastError):
+    """The budget, not the server: a call refused by a cap, or a budget too small to start.
+    Its own family, so no caller mistakes a refusal for a failed call."""
+
+
+class BudgetExhaustedError(BudgetError):
     """A call was not sent: what is left of a ``cap`` budget cannot hold its prompt and a
     useful completion. Not a failure of the server: the method stops and answers from what
     finished."""
 
 
-class BudgetTooSmallError(RSEFastError, ValueError):
+class BudgetTooSmallError(BudgetError, ValueError):
     """A budget below the cost of one useful call; ``minimum`` is that cost in tokens."""
 
     def __init__(self, budget: int, minimum: int, what: str) -> None:

@@ -326,8 +326,8 @@ def test_each_method_family_has_its_room_and_none_imports_another():
 
 
 def test_a_family_importing_another_is_caught(copy_root, tmp_path):
-    tree = planted(copy_root, "rse_fast/methods/sc.py", "from rse_fast.methods.bon import BestOfN\n",
-                   tmp_path)  # fmt: skip
+    code = "from rse_fast.methods.bon import BestOfN\n"
+    tree = planted(copy_root, "rse_fast/methods/sc.py", code, tmp_path)
     assert any("sc may not" in b for b in room_violations(tree))
 
 

@@ -266,3 +266,27 @@ def test_the_meter_reserves_the_prompts_of_added_requests_and_drops_what_does_no
     grant = tight.reserve(50, 40, n=4)  # 210 reserved, 90 left
     sent = tight.add_requests(grant, 3)  # room for 1 more prompt + dropping 2 choices frees 80
     assert sent == 2 and grant.n == 3 and grant.total <= 300 and tight.room >= 0
+
+
+async def test_a_refusal_by_the_cap_is_not_a_failed_call(encoder):
+    """A budget refusal is its own family: RSE's rollouts refused by the cap are not failed
+    rollouts, and a round the cap refuses whole ends the run's spending, not as a failure."""
+    from rse_fast.errors import LLMError, RoundFailedError
+    from rse_fast.rse import RSE, ExperienceBank, RSEConfig
+
+    assert not issubclass(BudgetExhaustedError, LLMError)
+    cfg = RSEConfig(k=4, rounds=2, max_tokens=MAX_TOKENS, settle_margin=None)
+    async with ScriptedServer(default_reply=varied) as srv, LLMClient(srv.base_url, "m") as c:
+        one = await c.chat([{"role": "user", "content": PROBLEM}], max_tokens=MAX_TOKENS)
+        room = int(2.5 * (one.usage.prompt_tokens + MAX_TOKENS))  # two rollouts, not four
+        capped = c.with_ledger(c.ledger.__class__()).with_cap(TokenCap(room))
+        engine = RSE(capped, encoder, cfg)
+        bank = ExperienceBank(encoder.dim)
+        result, _ = await engine.run_round(PROBLEM, 1, bank, GOLD, "", distil=False)
+        refused = [x for x in result.rollouts if x.error is not None]
+        assert refused and all("BudgetExhaustedError" in x.error for x in refused)
+        assert result.refused_rollouts == len(refused) and result.failed_rollouts == 0
+        with pytest.raises(BudgetExhaustedError):  # once nothing fits: not a RoundFailedError
+            for r in range(2, 12):
+                await engine.run_round(PROBLEM, r, bank, GOLD, "", distil=False)
+        assert not issubclass(BudgetExhaustedError, RoundFailedError)

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rse_fast.errors import LLMError
+from rse_fast.errors import BudgetExhaustedError, LLMError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.routing import Endpoint, EndpointPool
 from rse_fast.llm.transport import Timeouts, Transport, read_json
@@ -116,7 +116,7 @@ class LLMJudge(VerifierBase):
                 if self.use_schema
                 else judge.chat(messages, **params)
             )
-        except LLMError:
+        except (LLMError, BudgetExhaustedError):  # failed, or refused by the cap: no score
             return None
         return parse_score(reply.text)
 
@@ -154,7 +154,7 @@ class HTTPRewardModel(VerifierBase):
             with client.metered_outside("judge", usage, self.url, request.task):
                 data = await self.transport.post("", body, read_json)
                 value = float(data["score"])
-        except (LLMError, ValueError, KeyError, TypeError):
+        except (LLMError, BudgetExhaustedError, ValueError, KeyError, TypeError):
             value = None
         if value is not None and not math.isfinite(value):
             value = None

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
-from rse_fast.errors import BudgetExhaustedError, RoundFailedError
+from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Method, blend
 from rse_fast.methods.types import Candidate, MethodResult, Problem
@@ -194,8 +194,8 @@ class RSEMethod(Method):
                     problem.prompt, r, bank, problem.gold, "" if settled else block,
                     distil=distil, first_index=sampled, observe=observe,
                 )  # fmt: skip
-            except RoundFailedError as exc:
-                if isinstance(exc.cause, BudgetExhaustedError) and rounds:
+            except BudgetExhaustedError:
+                if rounds:
                     break  # a cap-mode budget is spent: answer from the rounds that ran
                 raise
             sampled += k_r

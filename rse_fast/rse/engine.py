@@ -21,7 +21,7 @@ import numpy as np
 from rse_fast import kernels
 from rse_fast.answers import answers_equivalent, extract_answer, majority_vote, off_loop
 from rse_fast.encoder import Encoder
-from rse_fast.errors import LLMError, RoundFailedError
+from rse_fast.errors import BudgetExhaustedError, LLMError, RoundFailedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import CallRecord
 from rse_fast.llm.types import Message
@@ -48,7 +48,7 @@ class _Outcome:
     vectors: np.ndarray | None
     returned_at: float  # when the last call of this rollout returned
     encoded_at: float  # when its experiences were embedded
-    error: LLMError | None = None
+    error: LLMError | BudgetExhaustedError | None = None
 
 
 def clip_tokens(text: str, limit: int, count_tokens: Callable[[str], int]) -> str:
@@ -268,7 +268,7 @@ class RSE:
         t0 = time.perf_counter()
         tokens0 = self.client.ledger.total_tokens
         messages = solve_messages(problem, block)
-        counters = {"rollouts": 0, "distills": 0, "failures": 0, "unparseable": 0}
+        counters = {"rollouts": 0, "distills": 0, "failures": 0, "unparseable": 0, "refused": 0}
 
         def report(round_done: bool = False) -> None:
             if self.progress is not None:
@@ -327,6 +327,9 @@ class RSE:
                                           for o in outcomes)  # fmt: skip
             report()
         failed = sum(o.record.error is not None for o in outcomes)
+        refusals = [o.error for o in outcomes if isinstance(o.error, BudgetExhaustedError)]
+        if failed == k and len(refusals) == k:
+            raise refusals[0]  # a cap's budget is spent: not a failure of the round
         if failed == k:
             raise RoundFailedError(
                 f"round {r}: all {k} rollouts failed (first error: {outcomes[0].record.error}); "
@@ -353,7 +356,8 @@ class RSE:
             votes=vote.count,
             accuracy=(sum(bool(c) for c in graded) / len(graded)) if gold is not None else None,
             unparseable=sum(x.distill == "unparseable" for x in records),
-            failed_rollouts=failed,
+            failed_rollouts=failed - len(refusals),
+            refused_rollouts=len(refusals),
             failed_distills=sum(x.distill == "failed" for x in records),
             tokens=self.client.ledger.total_tokens - tokens0,
             wall_s=t_end - t0,
@@ -414,9 +418,9 @@ class RSE:
                 max_tokens=cfg.max_tokens,
                 seed=seed,
             )
-        except LLMError as exc:
+        except (LLMError, BudgetExhaustedError) as exc:
             rec.error = f"{type(exc).__name__}: {exc}"
-            counters["failures"] += 1
+            counters["refused" if isinstance(exc, BudgetExhaustedError) else "failures"] += 1
             if split is not None:
                 split.add(None)
             report()
@@ -464,9 +468,9 @@ class RSE:
             _release(early)
             raise
         returned = time.perf_counter()
-        counters["distills"] += 1
+        counters["distills"] += rec.distill != "skipped"
         if parsed is None:
-            counters["unparseable"] += 1
+            counters["unparseable"] += rec.distill in ("unparseable", "failed")
             report()
             return _Outcome(rec, [], None, returned, returned)
         cands = self._file(rec, parsed, r, seen.rollout) + self._grounded(seen, rec, r)
@@ -533,6 +537,8 @@ class RSE:
                     if schema is not None
                     else client.chat(messages, **params)
                 )
+            except BudgetExhaustedError:  # not bought: the cap's room is spent
+                return
             except LLMError:
                 lead.record.distill = "failed"
                 return
@@ -713,6 +719,9 @@ class RSE:
                     text = (await client.chat_json(messages, schema, **params)).text
                 else:
                     text = (await client.chat(messages, **params)).text
+            except BudgetExhaustedError:  # not bought: the cap's room is spent
+                rec.distill = "skipped"
+                return None
             except LLMError:
                 rec.distill = "failed"
                 return None

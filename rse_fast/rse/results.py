@@ -69,6 +69,8 @@ class RoundResult:
     tail_ms: float  # last distillation's return → bank updated and next prompt rendered
     tail_encoder_ms: float  # the part of the tail spent waiting for the encoder
     checkpoint_ms: float = 0.0
+    #: rollouts a cap refused before they were sent (not failures: the budget was spent)
+    refused_rollouts: int = 0
 
     @property
     def answers(self) -> list[str | None]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from rse_fast.errors import LLMError, RoundFailedError, ServiceError
+from rse_fast.errors import BudgetError, LLMError, RoundFailedError, ServiceError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.transport import Timeouts
 from rse_fast.serve.auth import Gate, keys_from
@@ -181,7 +181,7 @@ class Service:
                 resp = await self.passthrough.forward(raw, deadline)  # the hot path
             status = resp.status
             return resp
-        except (LLMError, RoundFailedError, TimeoutError) as exc:
+        except (LLMError, BudgetError, RoundFailedError, TimeoutError) as exc:
             err = timed_out() if isinstance(exc, TimeoutError) else failure(exc)
             status = err.status
             raise err from None

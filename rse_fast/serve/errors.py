@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from rse_fast.errors import (
+    BudgetError,
     LLMBadRequestError,
     LLMConnectionError,
     LLMDeadlineError,
@@ -56,6 +57,8 @@ def failure(exc: BaseException) -> ServiceError:
         return ServiceError(502, "every call of a round failed", "upstream_error")
     if isinstance(exc, LLMError):
         return upstream_error(exc)
+    if isinstance(exc, BudgetError):
+        return ServiceError(400, f"budget: {exc}", "invalid_request_error", param="budget")
     if isinstance(exc, (TimeoutError, LLMTimeoutError)):
         return timed_out()
     return ServiceError(500, "internal error", "server_error")
