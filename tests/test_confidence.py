@@ -86,6 +86,27 @@ async def test_sc_stops_once_settled_and_returns_the_rest_of_the_budget():
     assert stopping.unspent == 2000 - stopping.tokens
 
 
+@pytest.mark.parametrize("name", ("bon", "rse"))
+async def test_best_of_n_and_rse_rounds_stop_once_settled_too(name):
+    from rse_fast.encoder import Encoder
+
+    options: dict = {"parallel": 2, "max_tokens": 32, "budget_mode": "cap"}
+    if name == "rse":
+        options.update(k=2, max_rounds=20, encoder=Encoder(providers=["CPUExecutionProvider"]),
+                       config={"settle_margin": None})  # fmt: skip
+    async with (
+        ScriptedServer(default_reply="So \\boxed{4}.") as srv,
+        LLMClient(srv.base_url, "m") as c,
+    ):
+        plain = await make_method(name, **options).run(PROBLEM, 2000, c)
+        stopping = await make_method(name, stop_epsilon=0.05, **options).run(PROBLEM, 2000, c)
+    assert stopping.final.answer == plain.final.answer == "4"
+    assert len(stopping.pool) <= 6 < len(plain.pool)
+    assert stopping.meta["early_stop"]["stopped"] and "beta" in stopping.meta["early_stop"]["rule"]
+    assert stopping.unspent == 2000 - stopping.tokens > 1000
+    assert plain.unspent < 500
+
+
 def split_replies(body: dict, index: int) -> Reply:
     """Two sure samples in eight answer 5, the unsure others 4."""
     seed = int(body.get("seed") or 0)
@@ -128,13 +149,13 @@ async def test_the_service_stops_a_settled_sc_and_reports_the_unspent_budget():
             assert r.status == 200, data
             usage = data["usage"]
             assert usage["budget_unspent"] == 3000 - usage["total_tokens"] > 2000
-            for bad in ({"model": "rse:m", "stop_epsilon": 0.1}, {"stop_epsilon": 0.9},
+            for bad in ({"model": "refine:m", "stop_epsilon": 0.1}, {"stop_epsilon": 0.9},
                         {"confidence": "yes"}):  # fmt: skip
                 async with s.post(url + "/v1/chat/completions", json={**body, **bad}) as r:
                     err = await r.json()
                 assert r.status == 400 and err["error"]["param"] in bad, err
-                if bad.get("model") == "rse:m":  # names who takes it: the family says so
-                    assert "methods that take it: sc" in err["error"]["message"], err
+                if bad.get("model") == "refine:m":  # names who takes it: each family says so
+                    assert "methods that take it: bon, rse, sc" in err["error"]["message"], err
 
 
 def sure_or_not(body: dict, index: int) -> Reply:

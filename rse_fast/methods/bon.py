@@ -4,6 +4,7 @@ the best (or the score-weighted vote) chosen; its cost model plans samples and s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, majority_vote, off_loop
@@ -13,11 +14,8 @@ from rse_fast.methods.base import Method, blend
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.sampling import prefix_within, sample, sample_cost, sub_ledger, task_tokens
 from rse_fast.methods.types import Candidate, MethodResult, Problem
-from rse_fast.methods.voting import (
-    best_index,
-    passing_visible,
-)
-from rse_fast.methods.waves import Spend, buys_part_unit, in_waves
+from rse_fast.methods.voting import best_index, beta_settled, passing_visible, valid_epsilon
+from rse_fast.methods.waves import EarlyStop, Spend, buys_part_unit, in_waves
 
 #: Judge prompt tokens beyond the problem and the response (template, instructions) and its
 #: reply: what a first wave of best-of-N assumes a judge call adds before one is measured.
@@ -32,10 +30,14 @@ class BestOfN(Method):
     model). ``selection="best"`` returns the top-scored sample; ``"weighted"`` (verifiable
     tasks) votes with the scores as weights and returns the top-scored sample of the winning
     answer. ``execution_filter``: on a problem with a ``visible_check``, the pick is among
-    the samples that pass the examples the problem states (all, when none does)."""
+    the samples that pass the examples the problem states (all, when none does).
+    ``stop_epsilon`` (verifiable tasks): stop sampling once the samples' answers are
+    statistically settled (Beta criterion at ``1 - stop_epsilon``, as ``sc``'s stop): more
+    samples would rarely bring the verifier an answer it has not seen."""
 
     name = "bon"
     subsamples = True
+    request_fields = frozenset({"stop_epsilon"})
     PRIOR_FIELDS = (*Method.PRIOR_FIELDS, "distinct_prior", "judge_ratio")
 
     def __init__(
@@ -44,9 +46,11 @@ class BestOfN(Method):
         judge: Verifier | None = None,
         selection: Selection = "best",
         execution_filter: bool = False,
+        stop_epsilon: float | None = None,
         **kw: Any,
     ):
         super().__init__(**kw)
+        self.stop_epsilon = valid_epsilon(stop_epsilon)
         self.execution_filter = execution_filter
         if selection not in ("best", "weighted"):
             raise ValueError(f"selection must be 'best' or 'weighted', got {selection!r}")
@@ -54,6 +58,12 @@ class BestOfN(Method):
         self.selection = selection
         self.distinct_prior: float | None = None  # judged ÷ sampled in earlier runs
         self.judge_ratio: float | None = None  # a judge call's cost ÷ its estimate, earlier runs
+
+    @classmethod
+    def request_options(
+        cls, request: Mapping[str, Any], *, encoder: Any = None, progress: Any = None
+    ) -> dict[str, Any]:
+        return {"stop_epsilon": request["stop_epsilon"]}
 
     async def _judge(self, c: LLMClient, scorer: DistinctScorer, cand: Candidate, i: int) -> None:
         before = task_tokens(c.ledger, f"c{i}")
@@ -67,6 +77,8 @@ class BestOfN(Method):
         candidate, the distinct share taken from earlier runs (duplicates are judged free)."""
         if problem.open_ended and self.selection == "weighted":
             raise ValueError("score-weighted voting needs final answers: use selection='best'")
+        if problem.open_ended and self.stop_epsilon is not None:
+            raise ValueError("stop_epsilon stops on settled final answers: verifiable tasks only")
         c = await self.metered(client, budget, problem)
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         per_sample = sample_cost(self, c, problem)
@@ -131,6 +143,10 @@ class BestOfN(Method):
 
         spend = Spend(c.ledger, budget)
         pool: list[Candidate] = []
+        early = None
+        if self.stop_epsilon is not None:  # settled over the whole pool, not one call's waves
+            rule = beta_settled(self.stop_epsilon)
+            early = EarlyStop(lambda got, left: rule(pool + got, left))
         try:
             while True:  # the last waves' judging settles the judge cost: go on if room
                 got = await in_waves(
@@ -141,10 +157,11 @@ class BestOfN(Method):
                     minimum=0 if pool else 1,
                     start=len(pool),
                     fits=fits,
+                    early=early,
                 )
                 pool += got
                 await asyncio.gather(*judging)
-                if not got or fits(len(pool)) < 1:
+                if not got or (early is not None and early.stopped) or fits(len(pool)) < 1:
                     break
         finally:
             for t in judging:
@@ -167,6 +184,12 @@ class BestOfN(Method):
             result.final = pool[0]  # every sample said the same: no judge call was needed
         result.meta.update(judge_calls=scorer.calls, judge_reused=scorer.reused,
                            judged_none_single_text=scorer.distinct == 1)  # fmt: skip
+        if early is not None:
+            result.meta["early_stop"] = {
+                "stopped": early.stopped,
+                "cancelled": early.cancelled,
+                "rule": f"beta, epsilon {self.stop_epsilon}",
+            }
         return result
 
     def _select(self, pool: list[Candidate], budget: int, ledger: Ledger) -> MethodResult:

@@ -16,7 +16,7 @@ from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Method, blend
 from rse_fast.methods.types import Candidate, MethodResult, Problem
-from rse_fast.methods.voting import passing_visible, vote_final
+from rse_fast.methods.voting import answers_settled, passing_visible, valid_epsilon, vote_final
 from rse_fast.methods.waves import Spend
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.checking import CodeExamplesChecker, ExperienceChecker
@@ -74,6 +74,9 @@ class RSEMethod(Method):
             ``ArithmeticChecker()``): refuted propositions never reach a prompt; ``"visible"``:
             each rollout's code is run on the examples its problem states (the problem's
             ``visible_check``), a failure filed as a grounded pitfall.
+        stop_epsilon: stop after a round once the answers of every round so far are
+            statistically settled (Beta criterion at ``1 - stop_epsilon``, as ``sc``'s stop);
+            in ``cap`` mode the rest of the budget is the result's ``unspent``.
     """
 
     name = "rse"
@@ -89,9 +92,11 @@ class RSEMethod(Method):
         variant: str | None = None,
         progress: Callable[[Progress], None] | None = None,
         checker: ExperienceChecker | Literal["visible"] | None = None,
+        stop_epsilon: float | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        self.stop_epsilon = valid_epsilon(stop_epsilon)
         self.encoder, self.k, self.max_rounds, self.progress = encoder, k, max_rounds, progress
         self.checker = checker
         if variant is not None and variant not in VARIANTS:
@@ -105,7 +110,7 @@ class RSEMethod(Method):
 
     reports_progress = True
     needs_encoder = True
-    request_fields = frozenset({"k", "rounds", "tau", "settle_margin"})
+    request_fields = frozenset({"k", "rounds", "tau", "settle_margin", "stop_epsilon"})
 
     @classmethod
     def request_options(
@@ -121,6 +126,7 @@ class RSEMethod(Method):
                 "settle_margin": request["settle_margin"],
             },
             "progress": (lambda p: progress(asdict(p))) if progress else None,
+            "stop_epsilon": request["stop_epsilon"],
         }
 
     def reply_details(self, result: MethodResult) -> dict[str, Any]:
@@ -158,6 +164,9 @@ class RSEMethod(Method):
             found = problem.visible_check
             checker = CodeExamplesChecker(found) if found is not None else None
         engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=checker)
+        if self.stop_epsilon is not None:
+            epsilon = self.stop_epsilon
+            engine.stop_rule = lambda answers: answers_settled(answers, epsilon)
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
@@ -167,6 +176,7 @@ class RSEMethod(Method):
         bank_prompt_tokens = 0  # the bank block inside guided prompts (estimated)
         guided_rounds: list[int] = []  # rounds whose prompts carried a non-empty bank block
         sampled = 0  # rollouts so far: sample j is seeded as self-consistency's sample j
+        stopped = False  # by stop_epsilon
         for r in range(1, self.max_rounds + 1):
             shown = 0 if settled else c.count_tokens(block)
             unit = roll + shown
@@ -207,6 +217,9 @@ class RSEMethod(Method):
                 settled = True
                 if cfg.settle_spend == "stop":
                     break
+            if self._stops(rounds, spend.left / max(1.0, roll)):
+                stopped = True
+                break
         pool = [
             Candidate.of(x.text, cost=0, origin=f"rse-round-{rr.round}")
             for rr in select_rounds(rounds, cfg.select_from)
@@ -239,6 +252,8 @@ class RSEMethod(Method):
             ],
         }
         meta["settled"] = settled
+        if self.stop_epsilon is not None:
+            meta["early_stop"] = {"stopped": stopped, "rule": f"beta, epsilon {self.stop_epsilon}"}
         if self.checker is not None:
             meta["checks"] = dict(engine.check_counts)
         meta["bank_prompt_tokens"] = bank_prompt_tokens
@@ -253,6 +268,13 @@ class RSEMethod(Method):
             any(x.distill != "skipped" for x in rr.rollouts) for rr in rounds
         )
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)
+
+    def _stops(self, rounds: list[Any], still_possible: float) -> bool:
+        """Whether the answers of every round so far are settled by ``stop_epsilon``."""
+        if self.stop_epsilon is None:
+            return False
+        answers = [x.answer for rr in rounds for x in rr.rollouts if x.error is None]
+        return answers_settled(answers, self.stop_epsilon, int(still_possible))
 
     def _measure(
         self, records: list[Any], shown: int, roll: float, dist: float

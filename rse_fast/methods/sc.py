@@ -21,6 +21,7 @@ from rse_fast.methods.voting import (
     passing_visible,
     settled,
     tool_call_key,
+    valid_epsilon,
     vote_final,
     vote_settled,
     vote_tools,
@@ -61,10 +62,8 @@ class SelfConsistency(Method):
         self.execution_filter = execution_filter
         if tool_vote not in ("name", "arguments"):
             raise ValueError(f"tool_vote must be 'name' or 'arguments', got {tool_vote!r}")
-        if stop_epsilon is not None and not 0 < stop_epsilon < 1:
-            raise ValueError(f"stop_epsilon must be in (0, 1), got {stop_epsilon}")
+        self.stop_epsilon = valid_epsilon(stop_epsilon)
         self.early_stop, self.tool_vote = early_stop or stop_epsilon is not None, tool_vote
-        self.stop_epsilon = stop_epsilon
         self.confidence = ConfidenceRule() if confidence is True else confidence or None
 
     @classmethod

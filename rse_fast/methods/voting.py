@@ -46,17 +46,31 @@ def vote_settled(pool: list[Candidate], still_possible: int) -> bool:
     return settled([n for _, n in majority_vote([c.answer for c in pool]).clusters], still_possible)
 
 
+def valid_epsilon(epsilon: float | None) -> float | None:
+    """``stop_epsilon`` as every family takes it: None (spend the budget) or in (0, 1)."""
+    if epsilon is not None and not 0 < epsilon < 1:
+        raise ValueError(f"stop_epsilon must be in (0, 1), got {epsilon}")
+    return epsilon
+
+
 def beta_settled(epsilon: float) -> Callable[[list[Candidate], int], bool]:
     """The statistical stop: the leader is the mode of the top two at ``1 - epsilon``
     (Adaptive-Consistency's Beta criterion), or no vote left can change the winner."""
 
     def check(pool: list[Candidate], still_possible: int) -> bool:
-        counts = [n for _, n in majority_vote([c.answer for c in pool]).clusters]
-        return settled(counts, still_possible) or (
-            len(pool) >= 2 and statistically_settled([float(n) for n in counts], epsilon)
-        )
+        return answers_settled([c.answer for c in pool], epsilon, still_possible)
 
     return check
+
+
+def answers_settled(
+    answers: Sequence[str | None], epsilon: float, still_possible: int | None = None
+) -> bool:
+    """The statistical stop over final answers (and the exact one, given the votes left)."""
+    counts = [n for _, n in majority_vote(list(answers)).clusters]
+    if still_possible is not None and settled(counts, still_possible):
+        return True
+    return len(answers) >= 2 and statistically_settled([float(n) for n in counts], epsilon)
 
 
 def confident_vote(

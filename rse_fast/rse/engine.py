@@ -108,6 +108,10 @@ class RSE:
         self.keep_bank: bool | None = None  # this solve's bank is wanted after it (see solve)
         #: the checker's verdicts on what was filed, counted over this engine's rounds
         self.check_counts: dict[str, int] = {}
+        #: a stop over the answers of every round so far (``RSEMethod``'s ``stop_epsilon``):
+        #: a round whose answers settle it is not distilled (no later round would read it)
+        self.stop_rule: Callable[[list[str | None]], bool] | None = None
+        self.earlier_answers: list[str | None] = []
         kernels.warmup(self.encoder.dim)
 
     def solve_sync(self, problem: str, **kw: Any) -> RSEResult:
@@ -224,6 +228,10 @@ class RSE:
         the last round only when its bank is wanted (:meth:`bank_wanted`)."""
         return not settled and (r < self.config.rounds or self.bank_wanted())
 
+    def _stops_here(self, answers: list[str | None]) -> bool:
+        assert self.stop_rule is not None
+        return self.stop_rule(self.earlier_answers + answers)
+
     def is_settled(self, first: RoundResult) -> bool:
         """Whether round 1's vote is settled by ``settle_margin`` (the winner's share minus
         the runner-up's; failed rollouts count as no answer)."""
@@ -290,7 +298,9 @@ class RSE:
         per_rollout = distil and cfg.distill_mode == "each"
         # round 1 under a settle rule: distil only once its vote shows it is not settled
         # (nothing reads a settled round's bank); the distillations then wait for the round
-        waits = per_rollout and (cfg.distill_sees_votes or self._may_settle(r))
+        waits = per_rollout and (
+            cfg.distill_sees_votes or self._may_settle(r) or self.stop_rule is not None
+        )
         split = RoundSplit(k) if waits else None
         first = (
             first_index if first_index is not None else sum(cfg.k_for_round(q) for q in range(1, r))
@@ -343,6 +353,7 @@ class RSE:
         next_block = self._render(bank, problem, k)
         t_end = time.perf_counter()
         records = [o.record for o in outcomes]
+        self.earlier_answers += [x.answer for x in records if x.error is None]
         vote = await off_loop(majority_vote, [x.answer for x in records])
         graded = [x.correct for x in records if x.error is None]
         result = RoundResult(
@@ -448,9 +459,11 @@ class RSE:
         if split is not None:
             split.add(rec.answer)
             answers = await split.all_in()
-            if self._may_settle(r) and await split.settled(self.settles):
+            if (self._may_settle(r) and await split.settled(self.settles, "settle")) or (
+                self.stop_rule is not None and await split.settled(self._stops_here, "stop")
+            ):
                 now = time.perf_counter()
-                rec.distill = "skipped"  # round 1 is settled: no later round reads its bank
+                rec.distill = "skipped"  # settled or stopping: no later round reads its bank
                 return _Outcome(rec, [], None, now, now)
             if cfg.distill_sees_votes:
                 votes = answer_split(answers, rec.answer)
@@ -785,7 +798,7 @@ class RoundSplit:
         self.k = k
         self.answers: list[str | None] = []
         self._done = asyncio.Event()
-        self._settled: asyncio.Future[bool] | None = None
+        self._settled: dict[str, asyncio.Future[bool]] = {}
 
     def add(self, answer: str | None) -> None:
         self.answers.append(answer)
@@ -796,11 +809,12 @@ class RoundSplit:
         await self._done.wait()
         return self.answers
 
-    async def settled(self, rule: Callable[[list[str | None]], bool]) -> bool:
-        """``rule`` over the round's answers, computed once (off the loop) for all rollouts."""
-        if self._settled is None:
-            self._settled = asyncio.ensure_future(off_loop(rule, await self.all_in()))
-        return await self._settled
+    async def settled(self, rule: Callable[[list[str | None]], bool], name: str) -> bool:
+        """``rule`` (by ``name``) over the round's answers, computed once (off the loop) for
+        all rollouts."""
+        if name not in self._settled:
+            self._settled[name] = asyncio.ensure_future(off_loop(rule, await self.all_in()))
+        return await self._settled[name]
 
 
 def vote_margin(answers: list[str | None]) -> float:
