@@ -276,7 +276,7 @@ METHOD_ROOMS: dict[str, set[str]] = {
     "fusion": {"base", "sampling", "types", "voting", "waves"},
     "refine": {"base", "judge", "sampling", "types", "voting", "waves"},
     "reflexion": {"base", "sampling", "types", "voting", "waves"},
-    "beam": {"stepwise", "types"}, "particle": {"stepwise", "types"},
+    "beam": {"stepwise", "types"}, "particle": {"stepwise", "types", "waves"},
     "rse_method": {"base", "types", "voting", "waves"},
     "catalog": {"base", "rse_method"},  # families are looked up by name, imported lazily
 }

@@ -182,3 +182,38 @@ async def test_best_of_n_judges_each_distinct_text_once_when_a_second_one_appear
             )
     judged = [b for b in srv.requests if "Rate it" in b["messages"][-1]["content"]]
     assert len(judged) == 2 and res.meta["judge_calls"] == 2
+
+
+async def test_every_family_runs_through_one_metered_budget_and_refuses_before_spending():
+    """``Method.run`` is a template: the problem is checked first (nothing sent when a family
+    cannot answer it), then one ``RunBudget`` (a fresh ledger; in cap mode the cap on the
+    same view) is handed to the family's ``_run``."""
+    from rse_fast.methods.base import Method
+    from rse_fast.methods.waves import RunBudget
+
+    seen: list[RunBudget] = []
+
+    class Probe(Method):
+        name = "probe"
+
+        async def _run(self, problem, run_budget):
+            seen.append(run_budget)
+            res = await run_budget.client.chat(problem.messages(), max_tokens=16)
+            from rse_fast.methods.types import Candidate, MethodResult
+
+            pool = [Candidate.of(res.text)]
+            return MethodResult(self.name, run_budget.budget, pool[0], pool, run_budget.ledger)
+
+    async with ScriptedServer(default_reply="So \\boxed{4}.") as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            with pytest.raises(ValueError, match="visible_check"):
+                await make_method("reflexion").run(Problem("p", "2 + 2?", "4"), 2000, c)
+            assert not srv.requests  # refused before a call, a calibration included
+            for mode in ("cap", "target"):
+                res = await Probe(budget_mode=mode).run(Problem("p", "2 + 2?", "4"), 900, c)
+                run_budget = seen[-1]
+                assert (run_budget.client.cap is not None) == (mode == "cap")
+                assert run_budget.ledger is res.ledger and run_budget.ledger is not c.ledger
+                assert run_budget.spent == res.tokens > 0 and run_budget.left == 900 - res.tokens
+                held = run_budget.holding(lambda: 100.0)
+                assert held.client is run_budget.client and held.left == run_budget.left - 100

@@ -19,6 +19,7 @@ from rse_fast.llm.meter import TokenCap
 from rse_fast.llm.types import Message
 from rse_fast.methods.priors import PriorStore
 from rse_fast.methods.types import Candidate, MethodResult, Problem
+from rse_fast.methods.waves import RunBudget
 from rse_fast.util.options import keyword_names, reject_unknown
 
 
@@ -111,7 +112,7 @@ class Method(abc.ABC):
             if name in self.PRIOR_FIELDS and getattr(self, name) is None:
                 setattr(self, name, value)
 
-    async def metered(self, client: LLMClient, budget: int, problem: Problem) -> LLMClient:
+    async def metered(self, client: LLMClient, budget: int, problem: Problem) -> RunBudget:
         """The run's own view of ``client``: a fresh ledger and, in ``cap`` mode, the meter
         every call draws on. A budget below one useful call is refused here, naming the
         minimum, before any completion is asked for (in ``cap`` mode a fresh client first
@@ -125,7 +126,7 @@ class Method(abc.ABC):
             raise BudgetTooSmallError(budget, minimum, f"one useful call of method {self.name!r}")
         if self.budget_mode == "cap":
             view = view.with_cap(TokenCap(budget))
-        return view
+        return RunBudget(view, budget)
 
     def minimum_budget(self, client: LLMClient, problem: Problem) -> int:
         """The cost of one useful call: its prompt (with the meter's margin) and a completion
@@ -179,9 +180,20 @@ class Method(abc.ABC):
         """Whether a bank of experience reached a prompt (None: the family keeps none)."""
         return None
 
-    @abc.abstractmethod
     async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        """Spend about ``budget`` tokens (every call, every role) on ``problem``."""
+        """Spend about ``budget`` tokens (every call, every role) on ``problem``: the run's
+        budget is metered once (:meth:`metered`), and the family spends it (:meth:`_run`)."""
+        self.check_problem(problem)
+        return await self._run(problem, await self.metered(client, budget, problem))
+
+    def check_problem(self, problem: Problem) -> None:
+        """Refuse (``ValueError``) a problem this family cannot answer, before anything is
+        spent on it (every problem, unless a family says otherwise)."""
+        return None
+
+    @abc.abstractmethod
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
+        """The family's own run, every call through ``run_budget.client``."""
 
     def subsample(self, full: MethodResult, budget: int) -> MethodResult:
         """The result this method would have had at a smaller ``budget`` (``subsamples``)."""

@@ -15,7 +15,7 @@ from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.sampling import prefix_within, sample, sample_cost, sub_ledger, task_tokens
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import best_index, beta_settled, passing_visible, valid_epsilon
-from rse_fast.methods.waves import EarlyStop, Spend, buys_part_unit, in_waves
+from rse_fast.methods.waves import EarlyStop, RunBudget, buys_part_unit, in_waves
 
 #: Judge prompt tokens beyond the problem and the response (template, instructions) and its
 #: reply: what a first wave of best-of-N assumes a judge call adds before one is measured.
@@ -70,16 +70,18 @@ class BestOfN(Method):
         cand.scores["judge"] = await scorer.score(cand.text, seed=self.seed + i, task=f"c{i}")
         cand.cost += task_tokens(c.ledger, f"c{i}") - before
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        """Samples go out in waves; each sample's judging starts when it lands and runs
-        alongside the next wave (judging never holds a wave back). Waves are sized by a cost
-        model with two parts: samples at their measured cost, and one judge call per distinct
-        candidate, the distinct share taken from earlier runs (duplicates are judged free)."""
+    def check_problem(self, problem: Problem) -> None:
         if problem.open_ended and self.selection == "weighted":
             raise ValueError("score-weighted voting needs final answers: use selection='best'")
         if problem.open_ended and self.stop_epsilon is not None:
             raise ValueError("stop_epsilon stops on settled final answers: verifiable tasks only")
-        c = await self.metered(client, budget, problem)
+
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
+        """Samples go out in waves; each sample's judging starts when it lands and runs
+        alongside the next wave (judging never holds a wave back). Waves are sized by a cost
+        model with two parts: samples at their measured cost, and one judge call per distinct
+        candidate, the distinct share taken from earlier runs (duplicates are judged free)."""
+        c, budget = run_budget.client, run_budget.budget
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         per_sample = sample_cost(self, c, problem)
         judge_guess = per_sample + JUDGE_OVERHEAD_TOKENS
@@ -141,7 +143,7 @@ class BestOfN(Method):
             deferred.clear()
             return cand
 
-        spend = Spend(c.ledger, budget)
+        spend = run_budget
         pool: list[Candidate] = []
         early = None
         if self.stop_epsilon is not None:  # settled over the whole pool, not one call's waves

@@ -7,14 +7,13 @@ from typing import Any
 
 from rse_fast.answers import off_loop
 from rse_fast.errors import BudgetExhaustedError
-from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Method, prompt_cost
 from rse_fast.methods.sampling import sample, sample_cost
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import (
     vote_final,
 )
-from rse_fast.methods.waves import Spend, in_waves
+from rse_fast.methods.waves import RunBudget, in_waves
 from rse_fast.prompts import fusion_messages
 
 
@@ -39,8 +38,8 @@ class Fusion(Method):
             raise ValueError(f"fuse_k must be at least 2, got {fuse_k}")
         self.fuse_k, self.max_fusion_chars = fuse_k, max_fusion_chars
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        c = await self.metered(client, budget, problem)
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
+        c, budget = run_budget.client, run_budget.budget
         prompt = prompt_cost(c, problem.messages())
         per_chars = max(200, self.max_fusion_chars // self.fuse_k)
 
@@ -51,7 +50,7 @@ class Fusion(Method):
             return prompt + self.fuse_k * shown + completion
 
         estimate = sample_cost(self, c, problem)
-        spend = Spend(c.ledger, budget, reserve=fusion_cost)
+        spend = run_budget.holding(fusion_cost)
         pool = await in_waves(
             lambda i: sample(self, c, problem, i),
             spend,

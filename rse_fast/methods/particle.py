@@ -8,9 +8,9 @@ import math
 import random
 from typing import Any
 
-from rse_fast.llm.client import LLMClient
 from rse_fast.methods.stepwise import SearchPath, SearchRun, Stepwise
 from rse_fast.methods.types import MethodResult, Problem
+from rse_fast.methods.waves import RunBudget
 
 
 def systematic_resample(weights: list[float], n: int, rng: random.Random) -> list[int]:
@@ -115,8 +115,8 @@ class ParticleFilter(Stepwise):
             return [alive[i] for i in sorted(heaviest)]
         return alive + [copy_path(alive[i]) for i in systematic_resample(w, n - len(alive), rng)]
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
         self.resamples = 0
-        result = await super().run(problem, budget, client)
+        result = await super()._run(problem, run_budget)
         result.meta["resamples"] = self.resamples
         return result

@@ -17,7 +17,7 @@ from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.sampling import sample
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import best_index
-from rse_fast.methods.waves import Spend
+from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import critique_messages, revise_messages
 
 
@@ -40,9 +40,9 @@ class Refinement(Method):
         score = cand.scores.get("judge", float("nan"))
         return self.stop_score is not None and score == score and score >= self.stop_score
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        c = await self.metered(client, budget, problem)
-        spend = Spend(c.ledger, budget)
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
+        c, budget = run_budget.client, run_budget.budget
+        spend = run_budget
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         task, open_ended = problem.transcript, problem.open_ended
         current = await sample(self, c, problem, 0)

@@ -15,7 +15,7 @@ from rse_fast.methods.base import Method
 from rse_fast.methods.sampling import sample, sample_cost
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import passing_visible, vote_final
-from rse_fast.methods.waves import Spend, in_waves
+from rse_fast.methods.waves import RunBudget, in_waves
 from rse_fast.prompts import revise_messages
 
 
@@ -49,17 +49,20 @@ class Reflexion(Method):
         )
         return [first, retry]
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+    def check_problem(self, problem: Problem) -> None:
         if problem.visible_check is None:
             raise ValueError(
                 "reflexion retries on the examples a problem states; this problem has no "
                 "visible_check (HumanEval problems have one)"
             )
-        c = await self.metered(client, budget, problem)
+
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
+        assert problem.visible_check is not None  # check_problem refused it otherwise
+        c, budget = run_budget.client, run_budget.budget
         estimate = sample_cost(self, c, problem)
         attempts = await in_waves(
             lambda i: self._attempt(c, problem, i),
-            Spend(c.ledger, budget),
+            run_budget,
             1.5 * self.planned_cost(estimate),  # a sample, and a retry for some
             self.parallel,
             minimum=1,

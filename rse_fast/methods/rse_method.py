@@ -13,11 +13,10 @@ from typing import Any, Literal
 from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError
-from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Method, blend
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import answers_settled, passing_visible, valid_epsilon, vote_final
-from rse_fast.methods.waves import Spend
+from rse_fast.methods.waves import RunBudget
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.checking import CodeExamplesChecker, ExperienceChecker
 from rse_fast.rse.config import RSEConfig
@@ -135,16 +134,18 @@ class RSEMethod(Method):
     def bank_shown(self, result: MethodResult) -> bool | None:
         return bool(result.meta.get("guided_rounds"))
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+    def check_problem(self, problem: Problem) -> None:
+        if problem.open_ended:
+            raise ValueError("RSE answers by a vote over final answers: use it on verifiable tasks")
+
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
         """Rounds of at most ``k`` rollouts until the budget (or ``max_rounds``) is spent. A
         round is distilled only when a full guided round still fits after it: the last round
         is never distilled (nothing would read its bank), and the budget that saves buys
         rollouts. Once round 1's vote is settled (``settle_margin``), the rest is plain
         sampling or a stop (``settle_spend``)."""
-        if problem.open_ended:
-            raise ValueError("RSE answers by a vote over final answers: use it on verifiable tasks")
-        c = await self.metered(client, budget, problem)
-        spend = Spend(c.ledger, budget)
+        c, budget = run_budget.client, run_budget.budget
+        spend = run_budget
         cfg = RSEConfig(
             **{
                 "rounds": self.max_rounds,

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from rse_fast.answers import off_loop
-from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Method
 from rse_fast.methods.sampling import prefix_within, sample, sample_cost, sample_online, sub_ledger
 from rse_fast.methods.types import Candidate, MethodResult, Problem
@@ -26,7 +25,7 @@ from rse_fast.methods.voting import (
     vote_settled,
     vote_tools,
 )
-from rse_fast.methods.waves import EarlyStop, Spend, in_waves
+from rse_fast.methods.waves import EarlyStop, RunBudget, in_waves
 
 
 class SelfConsistency(Method):
@@ -88,10 +87,12 @@ class SelfConsistency(Method):
             list(Counter(tool_call_key(c.tool_calls, self.tool_vote) for c in pool).values()), left
         )
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+    def check_problem(self, problem: Problem) -> None:
         if problem.open_ended and not problem.tools:
             raise ValueError("self-consistency votes on final answers: use it on verifiable tasks")
-        c = await self.metered(client, budget, problem)
+
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
+        c, budget = run_budget.client, run_budget.budget
         early = EarlyStop(self._settled(problem)) if self.early_stop else None
         estimate = sample_cost(self, c, problem)
         rule = self.confidence
@@ -100,7 +101,7 @@ class SelfConsistency(Method):
             (lambda i: sample_online(self, c, problem, i, gate))
             if gate is not None
             else (lambda i: sample(self, c, problem, i, confidence=rule)),
-            Spend(c.ledger, budget),
+            run_budget,
             self.planned_cost(estimate),
             self.parallel,
             minimum=1,

@@ -23,7 +23,7 @@ from rse_fast.methods.base import Method, prompt_cost
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import best_index
-from rse_fast.methods.waves import Spend
+from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import END_MARK, finish_messages, next_step_messages
 
 
@@ -46,7 +46,7 @@ class SearchRun:
     c: LLMClient
     scorer: DistinctScorer
     problem: Problem
-    spend: Spend
+    spend: RunBudget
 
 
 def is_final(step: str, open_ended: bool) -> bool:
@@ -110,7 +110,7 @@ class Stepwise(Method):
         """How many paths one full-size search carries."""
         raise NotImplementedError
 
-    def _affordable(self, spend: Spend, wanted: int, depth: int) -> int:
+    def _affordable(self, spend: RunBudget, wanted: int, depth: int) -> int:
         """Extensions of the next level (0: stop) such that the paths they start can still be
         carried through the remaining levels (3 guessed in all) within the budget. Landing is
         precise to about half an extension's cost."""
@@ -119,7 +119,7 @@ class Stepwise(Method):
         carried = spend.units_left(self._per_ext * max(1, 3 - depth))
         return min(wanted, max(carried, min(1, spend.units_left(self._per_ext))))
 
-    def _fit(self, spend: Spend, per_path_level: float, depth: int, cap: int) -> int:
+    def _fit(self, spend: RunBudget, per_path_level: float, depth: int, cap: int) -> int:
         """Paths to carry on so that the remaining levels (guessing 3 in all) fit the budget."""
         levels = max(1, 3 - depth)
         return max(1, min(cap, spend.units_left(per_path_level * levels)))
@@ -137,16 +137,16 @@ class Stepwise(Method):
         far is read once more and its continuation is written in one call)."""
         return self._per_ext or 0.0
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
         """Independent searches one after another while the budget lasts: when every path of a
         search finishes early, the rest of the budget widens the pool with a new search. Until
         a path has finished, the expected cost of finishing one is held back."""
-        c = await self.metered(client, budget, problem)
+        c, budget = run_budget.client, run_budget.budget
         scorer = DistinctScorer(self.judge, c, problem.transcript, problem.open_ended)
         prompt = prompt_cost(c, problem.messages())
         finished: list[SearchPath] = []
         # finishing is held back only until some path has finished on its own
-        spend = Spend(c.ledger, budget, reserve=lambda: 0.0 if finished else self._finish_reserve())
+        spend = run_budget.holding(lambda: 0.0 if finished else self._finish_reserve())
         self._forget_costs()
         state = SearchRun(c, scorer, problem, spend)
         frontier: list[SearchPath] = []
@@ -185,7 +185,7 @@ class Stepwise(Method):
             return []
         ranked = sorted(frontier, key=lambda p: -p.score)
         per = max(1.0, self._finish_reserve())
-        count = min(len(ranked), Spend(run.c.ledger, budget).units_left(per))
+        count = min(len(ranked), run.spend.holding(None).units_left(per))
         if not finished:
             count = max(1, count)
         seeds = [self.seed + 100_000 * tree + 500_000 + k for k in range(count)]

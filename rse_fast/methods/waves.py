@@ -1,4 +1,4 @@
-"""Spending a budget in waves: the soft meter (``Spend``), the early stop, and the wave
+"""Spending a budget in waves: one run's budget (``RunBudget``), the early stop, and the wave
 scheduler every sampling family fans its calls out with."""
 
 from __future__ import annotations
@@ -9,19 +9,30 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rse_fast.errors import BudgetExhaustedError
+from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 
 T = TypeVar("T")
 
 
-class Spend:
-    """Budget bookkeeping on a method's private ledger. ``reserve`` (re-read at every use)
-    holds back what a later exploitation call is expected to cost."""
+class RunBudget:
+    """One run's budget: the client view every call of the run goes through (its own ledger;
+    in ``cap`` mode the cap on it refuses a call that does not fit, and settles into that
+    ledger) and the count every plan of the run reads (what that ledger booked). ``reserve``
+    (re-read at every use) holds back what a later exploitation call is expected to cost."""
 
     def __init__(
-        self, ledger: Ledger, budget: int, reserve: Callable[[], float] | None = None
+        self, client: LLMClient, budget: int, reserve: Callable[[], float] | None = None
     ) -> None:
-        self.ledger, self.budget, self.reserve = ledger, budget, reserve
+        self.client, self.budget, self.reserve = client, budget, reserve
+
+    def holding(self, reserve: Callable[[], float] | None) -> RunBudget:
+        """The same budget and meter, with ``reserve`` held back from what plans see."""
+        return RunBudget(self.client, self.budget, reserve)
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.client.ledger
 
     @property
     def spent(self) -> int:
@@ -71,7 +82,7 @@ class EarlyStop:
 
 async def in_waves(
     unit: Callable[[int], Awaitable[T]],
-    spend: Spend,
+    spend: RunBudget,
     first_cost: float,
     parallel: int,
     limit: int | None = None,
@@ -154,7 +165,11 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 
 async def _until_settled(
-    tasks: Sequence[asyncio.Future[T]], out: list[T], early: EarlyStop, spend: Spend, cost: float
+    tasks: Sequence[asyncio.Future[T]],
+    out: list[T],
+    early: EarlyStop,
+    spend: RunBudget,
+    cost: float,
 ) -> bool:
     """Collect one wave in completion order, asking ``early.settled`` after each unit;
     True (and the rest cancelled) once it is."""
