@@ -152,14 +152,20 @@ class LLMClient:
 
     # -- lifecycle -------------------------------------------------------------------------
     def with_options(
-        self, *, ledger: Ledger | None = None, cap: TokenCap | _Keep | None = KEEP
+        self,
+        *,
+        ledger: Ledger | None = None,
+        cap: TokenCap | _Keep | None = KEEP,
+        model: str | None = None,
     ) -> LLMClient:
         """A view of this client (same endpoints, routing state, connections and prompt
-        margin) that records into ``ledger`` and draws on ``cap`` (``None``: uncapped); an
-        option not given is kept. The one way views are made."""
+        margin) that records into ``ledger``, draws on ``cap`` (``None``: uncapped) and asks
+        for ``model``; an option not given is kept. The one way views are made."""
         view = copy.copy(self)
         if ledger is not None:
             view.ledger = ledger
+        if model is not None:
+            view.model = model
         if not isinstance(cap, _Keep):
             view.cap = cap
         return view

@@ -215,8 +215,7 @@ async def run_method(
     client: LLMClient, spec: MethodRequest, encoder: Any, progress: Progress | None
 ) -> Outcome:
     """Run the method on its own ledger view of ``client`` within ``spec.budget`` tokens."""
-    view = client.with_ledger(Ledger())
-    view.model = spec.upstream_model
+    view = client.with_options(model=spec.upstream_model)  # the method meters its own ledger
     options: dict[str, Any] = dict(
         parallel=spec.k,
         max_tokens=spec.max_tokens,
