@@ -7,7 +7,7 @@ Variants for ablations are named ``rse:<variant>`` (see :data:`VARIANTS`): each 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any, Literal
 
 from rse_fast.answers import off_loop
@@ -167,7 +167,7 @@ class RSEMethod(Method):
         engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=checker)
         if self.stop_epsilon is not None:
             epsilon = self.stop_epsilon
-            engine.stop_rule = lambda answers: answers_settled(answers, epsilon)
+            engine.settling.stop_rule = lambda answers: answers_settled(answers, epsilon)
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
@@ -194,8 +194,7 @@ class RSEMethod(Method):
             )
             # running the code costs no tokens: a checker that runs rollouts files what it
             # saw whenever a later round may read it, bought distillation or not
-            observe = engine.observes and not settled and r < self.max_rounds
-            engine.config = replace(cfg, k=k_r)
+            observe = engine.distiller.observes and not settled and r < self.max_rounds
             bank_prompt_tokens += k_r * shown
             if shown:
                 guided_rounds.append(r)
@@ -203,7 +202,7 @@ class RSEMethod(Method):
             try:
                 result, next_block = await engine.run_round(
                     problem.prompt, r, bank, problem.gold, "" if settled else block,
-                    distil=distil, first_index=sampled, observe=observe,
+                    distil=distil, first_index=sampled, observe=observe, k=k_r,
                 )  # fmt: skip
             except BudgetExhaustedError:
                 if rounds:
@@ -214,7 +213,7 @@ class RSEMethod(Method):
             roll, dist = self._measure(c.ledger.records[before:], shown, roll, dist)
             if distil or observe:
                 block = next_block
-            if r == 1 and engine.is_settled(result):
+            if r == 1 and engine.settling.is_settled(result):
                 settled = True
                 if cfg.settle_spend == "stop":
                     break
@@ -256,7 +255,7 @@ class RSEMethod(Method):
         if self.stop_epsilon is not None:
             meta["early_stop"] = {"stopped": stopped, "rule": f"beta, epsilon {self.stop_epsilon}"}
         if self.checker is not None:
-            meta["checks"] = dict(engine.check_counts)
+            meta["checks"] = dict(engine.distiller.check_counts)
         meta["bank_prompt_tokens"] = bank_prompt_tokens
         meta["guided_rounds"] = guided_rounds
         meta["pool_rounds"] = [

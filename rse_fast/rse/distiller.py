@@ -1,0 +1,372 @@
+"""Turning a rollout into experience: the distillation request (continuing the rollout's own
+conversation where the server caches prompts), its streamed parse with each statement embedded
+as it closes, batch distillation of a round, and a task checker's verdicts and grounded
+observations filed beside the distiller's statements."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from rse_fast.answers import answers_equivalent, off_loop
+from rse_fast.encoder import Encoder
+from rse_fast.errors import BudgetExhaustedError, LLMError
+from rse_fast.llm.client import LLMClient
+from rse_fast.llm.ledger import CallRecord
+from rse_fast.llm.types import Message
+from rse_fast.prompts import (
+    distill_batch_messages,
+    distill_messages,
+    distill_schema,
+)
+from rse_fast.rse.bank import Experience
+from rse_fast.rse.checking import Check, ExperienceChecker, Observation
+from rse_fast.rse.config import RSEConfig
+from rse_fast.rse.distill import Distilled, ItemScanner, item_statement, parse_distillation
+from rse_fast.rse.results import RolloutRecord
+
+
+def clip_tokens(text: str, limit: int, count_tokens: Callable[[str], int]) -> str:
+    """Keep the head and the tail (where the answer is) of a text over ``limit`` tokens."""
+    n = count_tokens(text)
+    if n <= limit:
+        return text
+    keep = max(1, int(len(text) * limit / n) // 2)
+    return text[:keep] + "\n[... middle omitted ...]\n" + text[-keep:]
+
+
+def release_early(early: dict[str, asyncio.Future[np.ndarray]]) -> None:
+    """Cancel early embeddings still running and read the outcome of finished ones, so none
+    is left behind (or logged as an unread error) once a rollout's vectors are settled."""
+    for future in early.values():
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()
+
+
+@dataclass
+class RolloutOutcome:
+    """One rollout of a round, with the experience it gave and when."""
+
+    record: RolloutRecord
+    candidates: list[Experience]
+    vectors: np.ndarray | None
+    returned_at: float  # when the last call of this rollout returned
+    encoded_at: float  # when its experiences were embedded
+    error: LLMError | BudgetExhaustedError | None = None
+
+
+class Distiller:
+    """Distils rollouts for one RSE engine: the policy client (whose ledger books every
+    call), the encoder, the engine's config, an optional client for distillation alone and
+    an optional task checker (``rse.checking``)."""
+
+    def __init__(
+        self,
+        client: LLMClient,
+        encoder: Encoder,
+        config: RSEConfig,
+        *,
+        distill_client: LLMClient | None = None,
+        checker: ExperienceChecker | None = None,
+    ) -> None:
+        self.client, self.encoder, self.config = client, encoder, config
+        self.distill_client = distill_client
+        #: a task's check of each distilled statement: refuted propositions never reach a
+        #: prompt
+        self.checker = checker
+        #: the checker's verdicts on what was filed, counted over the engine's rounds
+        self.check_counts: dict[str, int] = {}
+
+    def _continues(self) -> bool:
+        """Whether a distillation continues its rollout's conversation: as configured, or
+        (None) once the server has shown it caches prompts (a call reported cached tokens)."""
+        if self.config.distill_continues is not None:
+            return self.config.distill_continues
+        return any(r.cached_tokens for r in self.client.ledger.records)
+
+    def _client(self) -> LLMClient:
+        """The client distillations go to, booked in the run's ledger."""
+        if self.distill_client is None:
+            return self.client
+        return self.distill_client.metered_like(self.client)
+
+    def _distill_request(
+        self, r: int, read_tokens: int
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """A distillation call's parameters (its cap follows what it reads) and schema."""
+        cfg = self.config
+        params: dict[str, Any] = dict(
+            role="distill",
+            task=f"round{r}",
+            temperature=cfg.distill_temperature,
+            max_tokens=cfg.distill_tokens(read_tokens),
+            model=cfg.distill_model,
+            extra=dict(cfg.distill_extra) if cfg.distill_extra else None,
+        )
+        schema = (
+            distill_schema(cfg.max_experiences_per_rollout, cfg.distill_format)
+            if cfg.use_json_schema
+            else None
+        )
+        return params, schema
+
+    def file(
+        self, rec: RolloutRecord, parsed: Distilled, r: int, rollout: Check | None = None
+    ) -> list[Experience]:
+        """A parsed distillation recorded on its rollout; its statements as candidates."""
+        cfg = self.config
+        rec.distill, rec.echoes = "ok", parsed.echoes
+        rec.positive = parsed.positive if cfg.use_positive else []
+        rec.negative = parsed.negative if cfg.use_negative else []
+        found = [
+            Experience(text=t, kind=kind, round=r, rollout=rec.index, position=p)
+            for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
+            for p, t in enumerate(texts)
+        ]
+        return self._checked(found, r, rollout) if self.checker is not None else found
+
+    @property
+    def observes(self) -> bool:
+        """Whether the checker runs rollouts itself (grounded experience at no token cost)."""
+        return callable(getattr(self.checker, "observe", None))
+
+    async def observe(self, rec: RolloutRecord, r: int) -> Observation:
+        """What a checker that runs rollouts observed of this one (off the event loop; its
+        time booked as the checker's)."""
+        if not self.observes:
+            return Observation()
+        t0 = time.perf_counter()
+        seen: Observation = await asyncio.to_thread(self.checker.observe, rec.text)  # type: ignore[union-attr]
+        self._book_check(time.perf_counter() - t0, r)
+        return seen
+
+    def grounded(self, seen: Observation, rec: RolloutRecord, r: int) -> list[Experience]:
+        """An observation's items as experience, filed after the distiller's statements."""
+        for _, _, check in seen.items:
+            self.check_counts[check.verdict] = self.check_counts.get(check.verdict, 0) + 1
+        return [
+            Experience(text=text, kind=kind, round=r, rollout=rec.index, position=100 + p,
+                       verdict=check.verdict, evidence=check.evidence)
+            for p, (kind, text, check) in enumerate(seen.items)
+        ]  # fmt: skip
+
+    def _book_check(self, seconds: float, r: int) -> None:
+        self.client.ledger.record(
+            CallRecord(role="check", prompt_tokens=0, completion_tokens=0, latency_s=seconds,
+                       endpoint="checker", task=f"round{r}", work_s=seconds)
+        )  # fmt: skip
+
+    def _checked(
+        self, found: list[Experience], r: int, rollout: Check | None = None
+    ) -> list[Experience]:
+        """Each statement with the checker's verdict: a refuted proposition becomes a pitfall
+        stating the evidence (or is dropped), a refuted pitfall is dropped; a proposition the
+        checker cannot judge alone takes its rollout's verdict (``rollout``: what running
+        the rollout showed). Verdicts are counted (``check_counts``); the checker's time is
+        booked in the run's ledger (role ``check``: no tokens)."""
+        assert self.checker is not None
+        t0 = time.perf_counter()
+        kept: list[Experience] = []
+        for e in found:
+            check = self.checker.check(e.text, e.kind)
+            if check.verdict == "unknown" and rollout is not None and e.kind == "positive":
+                check = rollout
+            self.check_counts[check.verdict] = self.check_counts.get(check.verdict, 0) + 1
+            if check.verdict != "refuted":
+                kept.append(replace(e, verdict=check.verdict, evidence=check.evidence))
+            elif e.kind == "positive" and self.config.refuted_as_pitfall:
+                text = f'The claim "{e.text}" is wrong: {check.evidence}.'
+                kept.append(
+                    replace(e, text=text, kind="negative", verdict="refuted",
+                            evidence=check.evidence)
+                )  # fmt: skip
+        self._book_check(time.perf_counter() - t0, r)
+        return kept
+
+    async def vectors(
+        self, texts: list[str], early: dict[str, asyncio.Future[np.ndarray]]
+    ) -> np.ndarray:
+        """Embeddings of ``texts``: those started while the distillation streamed, the rest
+        in one call; early ones the final parse did not keep are dropped."""
+        rest = [t for t in texts if t not in early]
+        try:
+            got = dict(zip(rest, await self.encoder.aencode(rest), strict=True)) if rest else {}
+            for t in texts:
+                if t in early:
+                    got[t] = (await early[t])[0]
+        finally:
+            release_early(early)
+        return np.stack([got[t] for t in texts])
+
+    async def distill_rollout(
+        self,
+        problem: str,
+        rec: RolloutRecord,
+        r: int,
+        seed: int | None,
+        early: dict[str, asyncio.Future[np.ndarray]],
+        rollout_tokens: int = 0,
+        votes: str | None = None,
+        rollout: list[Message] | None = None,
+    ) -> Distilled | None:
+        """Distil one rollout, asking again (new seed) while the reply does not parse, up to
+        ``distill_retries`` times. Sets ``rec.distill`` to failed/unparseable when it gives up.
+        Streamed, each statement's embedding starts as its item closes (into ``early``)."""
+        cfg = self.config
+        client = self._client()
+        count = client.count_tokens
+        limit = cfg.attempt_max_tokens
+        shown = clip_tokens(rec.text, limit // 4 if rec.reasoning else limit, count)
+        reasoning = clip_tokens(rec.reasoning, limit, count) if rec.reasoning else None
+        items, words = cfg.max_experiences_per_rollout, cfg.max_words_per_experience
+        # the same server and model saw the rollout: its prefix cache holds that prefix
+        continues = rollout is not None and self.distill_client is None and self._continues()
+        messages = distill_messages(
+            problem, shown, items, words, reasoning, rec.truncated,
+            style=cfg.distill_format, split=votes, rollout=rollout if continues else None,
+        )  # fmt: skip
+        params, schema = self._distill_request(r, rollout_tokens)
+        for attempt in range(cfg.distill_retries + 1):
+            rec.distill_tries += 1
+            params["seed"] = None if seed is None else seed + 7919 * attempt
+            try:
+                if cfg.stream_distill:
+                    text = await self._streamed_reply(
+                        client, problem, messages, schema, params, early
+                    )
+                elif schema is not None:
+                    text = (await client.chat_json(messages, schema, **params)).text
+                else:
+                    text = (await client.chat(messages, **params)).text
+            except BudgetExhaustedError:  # not bought: the cap's room is spent
+                rec.distill = "skipped"
+                return None
+            except LLMError:
+                rec.distill = "failed"
+                return None
+            parsed = parse_distillation(
+                text,
+                cfg.max_experiences_per_rollout,
+                cfg.max_chars_per_experience,
+                problem if cfg.drop_echoes else None,
+            )
+            if parsed is not None:
+                return parsed
+        rec.distill = "unparseable"
+        return None
+
+    async def _streamed_reply(
+        self,
+        client: LLMClient,
+        problem: str,
+        messages: list[Message],
+        schema: dict[str, Any] | None,
+        params: dict[str, Any],
+        early: dict[str, asyncio.Future[np.ndarray]],
+    ) -> str:
+        """A distillation reply read as it streams; each statement (as the final parse will
+        render it) goes to the encoder the moment its item closes."""
+        cfg = self.config
+        events = (
+            client.stream_json(messages, schema, **params)
+            if schema is not None
+            else client.stream(messages, **params)
+        )
+        scanner, parts = ItemScanner(), []
+        echo_of = problem if cfg.drop_echoes else None
+        async for event in events:
+            if not event.delta:
+                continue
+            parts.append(event.delta)
+            for key, item in scanner.feed(event.delta):
+                text = item_statement(key, item, cfg.max_chars_per_experience, echo_of)
+                room = len(early) < 2 * cfg.max_experiences_per_rollout
+                if text and text not in early and room:
+                    early[text] = asyncio.ensure_future(self.encoder.aencode([text]))
+        return "".join(parts)
+
+    async def grounded_only(
+        self, rec: RolloutRecord, r: int, report: Callable[[], None]
+    ) -> RolloutOutcome:
+        """No distillation: what running the rollout showed, filed as experience."""
+        cands = self.grounded(await self.observe(rec, r), rec, r)
+        returned = time.perf_counter()
+        vectors = await self.encoder.aencode([c.text for c in cands]) if cands else None
+        report()
+        return RolloutOutcome(rec, cands, vectors, returned, time.perf_counter())
+
+    async def distill_round(
+        self, problem: str, r: int, outcomes: list[RolloutOutcome], first: int
+    ) -> None:
+        """One distillation for the whole round: one rollout per distinct answer (largest
+        groups first, at most ``distill_batch``), shown side by side with how the answers
+        split, so the distiller compares where they part. Its statements are filed under the
+        first rollout it read."""
+        cfg = self.config
+        done = [o for o in outcomes if o.record.error is None]
+        groups: list[tuple[str | None, list[RolloutOutcome]]] = []
+        for o in done:
+            for answer, members in groups:
+                if await off_loop(answers_equivalent, o.record.answer, answer):
+                    members.append(o)
+                    break
+            else:
+                groups.append((o.record.answer, [o]))
+        groups.sort(key=lambda g: -len(g[1]))
+        chosen = [members[0] for _, members in groups[: cfg.distill_batch]]
+        if not chosen:
+            return
+        client = self._client()
+        attempts = [
+            (
+                clip_tokens(o.record.text, cfg.attempt_batch_tokens, client.count_tokens),
+                o.record.answer,
+                len(members),
+            )
+            for o, (_, members) in zip(chosen, groups, strict=False)
+        ]
+        messages = distill_batch_messages(
+            problem, attempts, len(done), cfg.max_experiences_per_rollout,
+            cfg.max_words_per_experience,
+        )  # fmt: skip
+        longest = max(self.client.count_tokens(o.record.text) for o in chosen)
+        params, schema = self._distill_request(r, longest)
+        lead = chosen[0]
+        parsed = None
+        for attempt in range(cfg.distill_retries + 1):
+            lead.record.distill_tries += 1
+            if cfg.seed is not None:
+                params["seed"] = cfg.seed + first + 7919 * (attempt + 1)
+            try:
+                reply = await (
+                    client.chat_json(messages, schema, **params)
+                    if schema is not None
+                    else client.chat(messages, **params)
+                )
+            except BudgetExhaustedError:  # not bought: the cap's room is spent
+                return
+            except LLMError:
+                lead.record.distill = "failed"
+                return
+            parsed = parse_distillation(
+                reply.text,
+                cfg.max_experiences_per_rollout,
+                cfg.max_chars_per_experience,
+                problem if cfg.drop_echoes else None,
+            )
+            if parsed is not None:
+                break
+        if parsed is None:
+            lead.record.distill = "unparseable"
+            return
+        lead.candidates = self.file(lead.record, parsed, r)
+        if lead.candidates:
+            lead.vectors = await self.encoder.aencode([c.text for c in lead.candidates])
+        lead.returned_at = lead.encoded_at = time.perf_counter()
