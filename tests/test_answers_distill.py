@@ -16,7 +16,7 @@ from rse_fast.answers import (
     majority_vote,
     normalize_answer,
 )
-from rse_fast.rse.distill import (
+from rse_fast.prompts.distill_format import (
     ItemScanner,
     clean_statement,
     item_statement,
@@ -239,7 +239,7 @@ def test_streamed_statements_are_those_the_final_parse_keeps():
 PATHOLOGICAL = r"""
 import sys
 from rse_fast.answers import extract_answer
-from rse_fast.rse.distill import parse_distillation
+from rse_fast.prompts.distill_format import parse_distillation
 n = 100_000
 for text in ("\n" * n, "the answer is" + " " * n, "Answer" + " " * n + "x", "**" * n):
     extract_answer(text)

@@ -1,7 +1,8 @@
 """Every prompt of the project, in this package: one module per family.
 
 - ``common``: the solve and respond system turns, conversation history, task framing;
-- ``rse``: the guided prompt's bank block, distillation prompt and schema;
+- ``rse``: the guided prompt's bank block and the distillation prompt;
+- ``distill_format``: the distillation reply's format: schema, item rendering and parsing;
 - ``judge``: the methods' judge and the benchmarks' rubric graders;
 - ``search``: step-wise search (beam search, particle filtering);
 - ``refine``: critique and revise, and fusion.
@@ -22,6 +23,13 @@ from rse_fast.prompts.common import (
     turns,
     with_history,
 )
+from rse_fast.prompts.distill_format import (
+    FIELD_CHARS,
+    PITFALL_KINDS,
+    distill_schema,
+    render_pitfall,
+    render_proposition,
+)
 from rse_fast.prompts.judge import (
     GRADER_SYSTEM,
     JUDGE_SCHEMA,
@@ -34,23 +42,18 @@ from rse_fast.prompts.judge import (
 from rse_fast.prompts.refine import critique_messages, fusion_messages, revise_messages
 from rse_fast.prompts.rse import (
     DISTILL_SYSTEM,
-    FIELD_CHARS,
     FRAMING,
     GUIDED_RULES,
     ORIGIN_RELATED,
     ORIGIN_SAME,
-    PITFALL_KINDS,
     PITFALLS_HEADER,
     PROPOSITIONS_HEADER,
     UNCHECKED,
     answer_split,
     distill_batch_messages,
     distill_messages,
-    distill_schema,
     is_distillation,
     render_experiences,
-    render_pitfall,
-    render_proposition,
 )
 from rse_fast.prompts.search import finish_messages, next_step_messages
 

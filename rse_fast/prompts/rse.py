@@ -16,9 +16,10 @@ Experience texts are inserted verbatim.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from rse_fast.llm.types import Message
+from rse_fast.prompts.distill_format import DistillFormat
 
 Guidance = Literal["short", "rules"]
 #: The framing RSE and a bank render with unless told otherwise (chosen on the dev set).
@@ -52,34 +53,6 @@ ORIGIN_SAME = "this same problem"
 ORIGIN_RELATED = "related problems (not this one: check that each item applies at all)"
 PITFALLS_HEADER = "Pitfalls to avoid:"
 PROPOSITIONS_HEADER = "Propositions to verify before use:"
-PITFALL_KINDS = ("dead end", "fatal flaw", "risk")
-
-
-def render_proposition(statement: str, conditions: str = "", source: str = "") -> str:
-    """One line for a proposition: the claim, when it holds, and how it was obtained."""
-    line = statement.strip()
-    extra = [
-        f"{lead} {part.strip()}"
-        for lead, part in (("holds if", conditions), ("from", source))
-        if part.strip() and part.strip().lower() not in line.lower()  # nothing said twice
-    ]
-    return f"{line} ({'; '.join(extra)})" if extra else line
-
-
-def render_pitfall(
-    context: str = "", kind: str = "", trigger: str = "", action: str = "", consequence: str = ""
-) -> str:
-    """One line for a pitfall: ``[kind] context: trigger -> action -> consequence``; a part
-    that repeats an earlier one is left out ("X -> X" says nothing twice)."""
-    seen: list[str] = []
-    for part in (context, trigger, action, consequence):
-        p = part.strip()
-        if p and not any(p.lower() in s.lower() for s in seen):
-            seen.append(p)
-    head = f"[{kind.strip()}] " if kind.strip() else ""
-    if context.strip() and len(seen) > 1 and seen[0] == context.strip():
-        return head + f"{seen[0]}: " + " -> ".join(seen[1:])
-    return head + " -> ".join(seen)
 
 
 def render_experiences(
@@ -109,8 +82,6 @@ DISTILL_SYSTEM = (
     "You read worked attempts at a problem and note what a fresh attempt should reuse or "
     "avoid. Nobody knows whether an attempt is right. Reply with JSON only."
 )
-
-DistillFormat = Literal["compact", "structured"]
 
 
 def answer_split(answers: Sequence[str | None], own: str | None = None) -> str:
@@ -233,70 +204,3 @@ def distill_batch_messages(
     )
     user = f"Problem:\n{problem.strip()}\n\n{shown}\n\n{ask}"
     return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
-
-
-#: Characters per field of a distilled item. Why: constrained decoding enforces them, so a
-#: small distiller cannot write at length (measured: ~900 tokens per reply without bounds,
-#: several times the rollout it distils).
-FIELD_CHARS = {"line": 160, "statement": 200, "conditions": 100, "source": 80, "context": 100,
-               "trigger": 100, "action": 120, "consequence": 100}  # fmt: skip
-
-
-def distill_schema(max_items: int, style: DistillFormat = "compact") -> dict[str, Any]:
-    """``response_format`` for servers with JSON-schema constrained decoding. Only the two
-    lists are required, never an item or a field beyond an item's main text."""
-
-    def text(name: str) -> dict[str, Any]:
-        return {"type": "string", "minLength": 1, "maxLength": FIELD_CHARS[name]}
-
-    def item_of(fields: dict[str, Any], main: str) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": fields,
-            "required": [main],
-            "additionalProperties": False,
-        }
-
-    if style == "compact":
-        proposition: dict[str, Any] = text("line")
-        pitfall: dict[str, Any] = text("line")
-    else:
-        proposition = item_of({n: text(n) for n in ("statement", "conditions", "source")},
-                              "statement")  # fmt: skip
-        pitfall = item_of(
-            {
-                "context": text("context"),
-                "kind": {"type": "string", "enum": list(PITFALL_KINDS)},
-                "trigger": text("trigger"),
-                "action": text("action"),
-                "consequence": text("consequence"),
-            },
-            "action",
-        )
-    return {
-        "type": "json_schema",
-        "json_schema": {
-            "name": "experiences",
-            "strict": True,
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "propositions": {"type": "array", "items": proposition, "maxItems": max_items},
-                    "pitfalls": {"type": "array", "items": pitfall, "maxItems": max_items},
-                },
-                "required": ["propositions", "pitfalls"],
-                "additionalProperties": False,
-            },
-        },
-    }
-
-
-#: Phrases of the project's own instructions (distiller's and solver's). A statement that
-#: carries one copies instructions, not experience.
-INSTRUCTION_PHRASES = (
-    "unverified hypothesis", "treat everything it claims", "the attempt may be wrong",
-    "nobody has checked", "re-check any note", "notes from earlier attempts",
-    "put the final answer", "reason step by step", "check your work", "stand alone",
-    "nothing sure to add", "found right", "re-derived and found", "reply with json",
-    "distrust every number", "verify before use", "pitfalls to avoid", "take a different route",
-)  # fmt: skip

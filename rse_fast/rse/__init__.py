@@ -20,7 +20,7 @@ _LAZY = {
     "SimilarityIndex": "rse_fast.rse.index",
     "InsertResult": "rse_fast.rse.index",
     "Checkpoint": "rse_fast.rse.checkpoint",
-    "parse_distillation": "rse_fast.rse.distill",
+    "parse_distillation": "rse_fast.prompts.distill_format",
 }
 __all__ = [
     "RSE",
@@ -39,10 +39,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from rse_fast.prompts.distill_format import parse_distillation
     from rse_fast.rse.bank import Decision, Experience, ExperienceBank
     from rse_fast.rse.checkpoint import Checkpoint
     from rse_fast.rse.config import RSEConfig
-    from rse_fast.rse.distill import parse_distillation
     from rse_fast.rse.engine import RSE
     from rse_fast.rse.index import InsertResult, SimilarityIndex
     from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult

@@ -24,10 +24,15 @@ from rse_fast.prompts import (
     distill_messages,
     distill_schema,
 )
+from rse_fast.prompts.distill_format import (
+    Distilled,
+    ItemScanner,
+    item_statement,
+    parse_distillation,
+)
 from rse_fast.rse.bank import Experience
 from rse_fast.rse.checking import Check, ExperienceChecker, Observation
 from rse_fast.rse.config import RSEConfig
-from rse_fast.rse.distill import Distilled, ItemScanner, item_statement, parse_distillation
 from rse_fast.rse.results import RolloutRecord
 
 

@@ -1,5 +1,9 @@
-"""Tolerant parsing of distiller output into short, clean experience statements.
+"""The distillation reply's format in one place: what the distiller may answer (the JSON
+schema servers constrain decoding with, and the two item styles), how a structured item is
+rendered as one line, and the tolerant parser that turns whatever came back into short, clean
+experience statements.
 
+Parsing, as it was written for small distillers:
 Servers with JSON-schema decoding return clean JSON; others wrap it in prose or code fences, or
 use other key names (the reference code's ``verified_propositions`` / ``critical_pitfalls``).
 Structured items (a proposition's statement, conditions and source; a pitfall's context, kind,
@@ -20,9 +24,107 @@ import contextlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from rse_fast.prompts.rse import INSTRUCTION_PHRASES, render_pitfall, render_proposition
+PITFALL_KINDS = ("dead end", "fatal flaw", "risk")
+
+
+def render_proposition(statement: str, conditions: str = "", source: str = "") -> str:
+    """One line for a proposition: the claim, when it holds, and how it was obtained."""
+    line = statement.strip()
+    extra = [
+        f"{lead} {part.strip()}"
+        for lead, part in (("holds if", conditions), ("from", source))
+        if part.strip() and part.strip().lower() not in line.lower()  # nothing said twice
+    ]
+    return f"{line} ({'; '.join(extra)})" if extra else line
+
+
+def render_pitfall(
+    context: str = "", kind: str = "", trigger: str = "", action: str = "", consequence: str = ""
+) -> str:
+    """One line for a pitfall: ``[kind] context: trigger -> action -> consequence``; a part
+    that repeats an earlier one is left out ("X -> X" says nothing twice)."""
+    seen: list[str] = []
+    for part in (context, trigger, action, consequence):
+        p = part.strip()
+        if p and not any(p.lower() in s.lower() for s in seen):
+            seen.append(p)
+    head = f"[{kind.strip()}] " if kind.strip() else ""
+    if context.strip() and len(seen) > 1 and seen[0] == context.strip():
+        return head + f"{seen[0]}: " + " -> ".join(seen[1:])
+    return head + " -> ".join(seen)
+
+
+DistillFormat = Literal["compact", "structured"]
+
+
+#: Characters per field of a distilled item. Why: constrained decoding enforces them, so a
+#: small distiller cannot write at length (measured: ~900 tokens per reply without bounds,
+#: several times the rollout it distils).
+FIELD_CHARS = {"line": 160, "statement": 200, "conditions": 100, "source": 80, "context": 100,
+               "trigger": 100, "action": 120, "consequence": 100}  # fmt: skip
+
+
+def distill_schema(max_items: int, style: DistillFormat = "compact") -> dict[str, Any]:
+    """``response_format`` for servers with JSON-schema constrained decoding. Only the two
+    lists are required, never an item or a field beyond an item's main text."""
+
+    def text(name: str) -> dict[str, Any]:
+        return {"type": "string", "minLength": 1, "maxLength": FIELD_CHARS[name]}
+
+    def item_of(fields: dict[str, Any], main: str) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": fields,
+            "required": [main],
+            "additionalProperties": False,
+        }
+
+    if style == "compact":
+        proposition: dict[str, Any] = text("line")
+        pitfall: dict[str, Any] = text("line")
+    else:
+        proposition = item_of({n: text(n) for n in ("statement", "conditions", "source")},
+                              "statement")  # fmt: skip
+        pitfall = item_of(
+            {
+                "context": text("context"),
+                "kind": {"type": "string", "enum": list(PITFALL_KINDS)},
+                "trigger": text("trigger"),
+                "action": text("action"),
+                "consequence": text("consequence"),
+            },
+            "action",
+        )
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "experiences",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "propositions": {"type": "array", "items": proposition, "maxItems": max_items},
+                    "pitfalls": {"type": "array", "items": pitfall, "maxItems": max_items},
+                },
+                "required": ["propositions", "pitfalls"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+#: Phrases of the project's own instructions (distiller's and solver's). A statement that
+#: carries one copies instructions, not experience.
+INSTRUCTION_PHRASES = (
+    "unverified hypothesis", "treat everything it claims", "the attempt may be wrong",
+    "nobody has checked", "re-check any note", "notes from earlier attempts",
+    "put the final answer", "reason step by step", "check your work", "stand alone",
+    "nothing sure to add", "found right", "re-derived and found", "reply with json",
+    "distrust every number", "verify before use", "pitfalls to avoid", "take a different route",
+)  # fmt: skip
+
 
 POSITIVE_KEYS = (
     "propositions",
