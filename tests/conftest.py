@@ -55,3 +55,14 @@ async def serving(app: Any, **runner_options: Any) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test under ``tests/integration`` talks to something real outside Python (the
+    llama-server, bubblewrap, Chromium): marked ``integration``, so ``-m "not integration"``
+    leaves them out while a model run owns the cores."""
+    import pytest
+
+    for item in items:
+        if "integration" in item.path.parts:
+            item.add_marker(pytest.mark.integration)

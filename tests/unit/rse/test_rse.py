@@ -12,11 +12,11 @@ from conftest import threaded_server
 from rse_fast.encoder import Encoder
 from rse_fast.errors import RoundFailedError
 from rse_fast.llm.client import LLMClient
-from rse_fast.llm.retry import RetryPolicy
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE
 from rse_fast.testing import Fault, ScriptedServer
 
+from fakes.engines import FAST, make_rse
 from fakes.scripted_model import (
     FACT,
     GOLD,
@@ -31,17 +31,10 @@ from fakes.scripted_model import (
     rollout_index,
 )
 
-FAST = RetryPolicy(max_attempts=2, base_delay_s=0.001, max_delay_s=0.002)
-
 
 @pytest.fixture(scope="module")
 def encoder() -> Encoder:
     return Encoder(providers=["CPUExecutionProvider"])
-
-
-def make_rse(url: str, encoder: Encoder, **cfg) -> RSE:
-    client = LLMClient(url, "scripted", retry=FAST)
-    return RSE(client, encoder, RSEConfig(**{"rounds": 3, "k": 4, **MECHANISM, **cfg}))
 
 
 async def solve(url: str, encoder: Encoder, gold: str | None = None, **cfg):

@@ -12,7 +12,7 @@ import pytest
 from rse_fast.eval import sandbox
 from rse_fast.eval.sandbox import interpreter
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import rse_grounded  # noqa: E402

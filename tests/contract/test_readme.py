@@ -12,7 +12,7 @@ from pathlib import Path
 from rse_fast.prompts import is_distillation
 from rse_fast.testing import ScriptedServer
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 PLACEHOLDER = "http://my-vllm:8000/v1"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: What each unit may import from the project (besides itself). A unit is a subpackage or a
 #: top-level module; its submodules share its rule. Layers: kernels ← rse ← methods/eval ←

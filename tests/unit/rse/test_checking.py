@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_rse import make_rse
 
 from rse_fast.encoder import Encoder
 from rse_fast.prompts import PROPOSITIONS_HEADER
 from rse_fast.rse.checking import ArithmeticChecker, evaluate
 from rse_fast.testing import ScriptedServer
 
+from fakes.engines import make_rse
 from fakes.scripted_model import GOLD, MECHANISM, PROBLEM, is_distill, is_guided, prompt_of
 from fakes.scripted_model import reply as scripted_reply
 

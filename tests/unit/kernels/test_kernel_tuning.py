@@ -7,13 +7,13 @@ import json
 
 import numpy as np
 import pytest
-from test_index import adversarial
 
 from rse_fast import kernels
 from rse_fast.kernels import tuning
 from rse_fast.rse.index import SimilarityIndex
 
 from fakes.reference import reference_decisions
+from fakes.vectors import adversarial
 
 
 @pytest.fixture
