@@ -1,6 +1,6 @@
 """Client benchmark: rse_fast's LLMClient vs the official openai SDK on the same loopback server.
 
-    python bench/client.py --quick   # < 60 s
+    python -m bench client --quick   # < 60 s
 
 The scripted server runs in its own process with zero latency, so the numbers measure client
 overhead: requests/s and client CPU µs per request at concurrency 1, 64 and 256, both clients in
@@ -13,34 +13,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import module_command, start_ready, write_result
 from rse_fast.errors import LLMError
 from rse_fast.llm.client import LLMClient, Timeouts
 from rse_fast.llm.retry import RetryPolicy
 from rse_fast.testing import Fault, ScriptedServer, fault_mix
 
-from common import write_result
-
 MESSAGES = [{"role": "user", "content": "What is 6 * 7? Put the answer in \\boxed{}."}]
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rse_fast.testing", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY "):
-        proc.kill()
-        raise RuntimeError(f"scripted server did not start: {line!r}")
+    proc, line = start_ready(module_command("rse_fast.testing", "--port", "0"), "READY ")
     return proc, line.split()[1]
 
 

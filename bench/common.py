@@ -7,12 +7,48 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_command(module: str, *args: str) -> list[str]:
+    """``python -m module args``: how a benchmark starts a process of its own (one of its
+    modules, or the package's), with :func:`root_env` so ``bench`` imports there too."""
+    return [sys.executable, "-m", module, *args]
+
+
+def root_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with the project root first on ``PYTHONPATH``."""
+    base = dict(os.environ if env is None else env)
+    rest = base.get("PYTHONPATH")
+    base["PYTHONPATH"] = str(ROOT) + (os.pathsep + rest if rest else "")
+    return base
+
+
+def start_ready(
+    cmd: list[str], ready: str = "READY", cores: set[int] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """Start ``cmd`` (on ``cores`` only, when given: every thread and child inherits them) and
+    wait for its first line, which must carry ``ready``: the process and that line."""
+
+    def pin() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, preexec_fn=pin, env=root_env())
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if ready not in line:
+        proc.kill()
+        raise RuntimeError(f"{cmd[:4]} did not start: {line!r}")
+    return proc, line.strip()
 
 
 def best_time(fn: Callable[[], object], repeat: int = 3, min_time: float = 0.0) -> float:

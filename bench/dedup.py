@@ -1,8 +1,8 @@
 """Dedup kernel benchmark: exact greedy insert against the baselines a user would write, and
 against this machine's limits.
 
-    python bench/dedup.py --quick   # < 60 s: N=1e5, d=384, B ∈ {1, 64, 256} + the scan at N=1e6
-    python bench/dedup.py           # full grid N∈{1e3..1e6} × d∈{384,768} × B∈{1,16,64,256}
+    python -m bench dedup --quick   # < 60 s: N=1e5, d=384, B ∈ {1, 64, 256} + the scan at N=1e6
+    python -m bench dedup           # full grid N∈{1e3..1e6} × d∈{384,768} × B∈{1,16,64,256}
 
 Baselines, each exact-checked against the kernel's decisions and timed in turns with it:
 - NumPy: one GEMM against the bank (an N × B temporary), its column max, the batch's Gram and
@@ -23,19 +23,23 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numba as nb
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import (
+    best_time,
+    module_command,
+    read_result,
+    replace_readme_block,
+    root_env,
+    write_result,
+)
+from bench.limits import read_bandwidth_gbs, sgemm_gflops
 from rse_fast import kernels
-
-from common import best_time, read_result, replace_readme_block, write_result
 
 TAU = 0.85
 #: the quick mode's bank and the batch sizes the targets name
@@ -160,67 +164,6 @@ def kernel_insert(rows: np.ndarray, n: int, batch: np.ndarray, tau: float) -> np
     return dec.accepted
 
 
-@nb.njit(parallel=True, fastmath=True, cache=True)
-def _row_sums(a: np.ndarray) -> np.ndarray:
-    n, d = a.shape
-    out = np.zeros(n, np.float32)
-    for i in nb.prange(n):
-        s = np.float32(0.0)
-        for k in range(d):
-            s += a[i, k]
-        out[i] = s
-    return out
-
-
-@nb.njit(parallel=True, fastmath=True, cache=True)
-def _chunk_sums(flat: np.ndarray, chunks: int) -> np.ndarray:
-    """Sum of each of ``chunks`` contiguous slices, eight independent accumulators each (no
-    dependency chain: the loop runs at the memory's pace, not the adder's latency)."""
-    size = flat.shape[0] // chunks
-    out = np.zeros(chunks, np.float32)
-    for c in nb.prange(chunks):
-        acc = np.zeros(8, np.float32)
-        base = c * size
-        for i in range(0, size - 7, 8):
-            for k in range(8):
-                acc[k] += flat[base + i + k]
-        out[c] = acc.sum()
-    return out
-
-
-@nb.njit(parallel=True, fastmath=True, cache=True)
-def _row_dots(a: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Every row dotted with one vector: the access pattern of a B=1 scan, as a plain read."""
-    n, d = a.shape
-    out = np.empty(n, np.float32)
-    for i in nb.prange(n):
-        s = np.float32(0.0)
-        for k in range(d):
-            s += a[i, k] * v[k]
-        out[i] = s
-    return out
-
-
-def read_bandwidth_gbs(a: np.ndarray, repeat: int = 5) -> float:
-    """This machine's streaming read bandwidth over ``a`` (far larger than the caches): the best
-    of four streaming-read kernels on all cores — a Numba row sum, a Numba chunked sum with
-    independent accumulators, a Numba row-times-vector pass (the scan's own access pattern) and
-    a BLAS sgemv — so the limit is as high as anything in the run can read."""
-    flat = a.reshape(-1)
-    chunks = 64 * kernels.available_cores()
-    _row_sums(a[:16])
-    _chunk_sums(flat[: 1 << 16], 4)
-    ones = np.ones(a.shape[1], np.float32)
-    _row_dots(a[:16], ones)
-    t = min(
-        best_time(lambda: _row_sums(a), repeat=repeat),
-        best_time(lambda: _row_dots(a, ones), repeat=repeat),
-        best_time(lambda: _chunk_sums(flat, chunks), repeat=repeat),
-        best_time(lambda: a @ ones, repeat=repeat),
-    )
-    return a.nbytes / t / 1e9
-
-
 def scan_against_bandwidth(big: np.ndarray, rounds: int = 4) -> tuple[dict[str, Any], float]:
     """The B=1 scan over ``big`` and the read bandwidth, measured in alternation (``rounds``
     times each, best kept): this machine's bandwidth drifts by more than 1.5× within seconds
@@ -248,15 +191,6 @@ def scan_against_bandwidth(big: np.ndarray, rounds: int = 4) -> tuple[dict[str, 
         "rounds": rounds,
     }
     return scan, bandwidth
-
-
-def sgemm_gflops(size: int = 1536) -> float:
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((size, size), dtype=np.float32)
-    b = rng.standard_normal((size, size), dtype=np.float32)
-    out = np.empty_like(a)
-    np.matmul(a, b, out=out)
-    return 2 * size**3 / best_time(lambda: np.matmul(a, b, out=out), repeat=3) / 1e9
 
 
 def shape_calls(bank: np.ndarray, bank_t: np.ndarray, batch: np.ndarray) -> dict[str, Any]:
@@ -449,13 +383,13 @@ def _worst(ratios: Any) -> float | None:
 
 def peak_extra_mb(faiss_settings: dict[int, tuple[int, int]]) -> dict[str, dict[int, float]]:
     """Peak extra MiB per path and batch size, each path in its own fresh process."""
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "16384", "MALLOC_TRIM_THRESHOLD_": "0"}
+    env = root_env({**os.environ, "MALLOC_MMAP_THRESHOLD_": "16384", "MALLOC_TRIM_THRESHOLD_": "0"})
     out: dict[str, dict[int, float]] = {}
     settings = json.dumps({str(b): list(s) for b, s in faiss_settings.items()})
     for path in PATHS:
         if path == "faiss_best" and not faiss_settings:
             continue
-        cmd = [sys.executable, __file__, "--peak-memory", path, "--faiss-settings", settings]
+        cmd = module_command("bench.dedup", "--peak-memory", path, "--faiss-settings", settings)
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         row = json.loads(done.stdout.strip().splitlines()[-1])
         out[path] = {int(b): float(mb) for b, mb in row.items()}

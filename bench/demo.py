@@ -1,6 +1,6 @@
 """The README's demo as a new user runs it: wall time, tokens and the distillation's share.
 
-    python bench/demo.py        # ~2.5 min on 2 cores; needs `rse-fast local setup` done
+    python -m bench demo        # ~2.5 min on 2 cores; needs `rse-fast local setup` done
 
 Runs ``rse-fast solve --demo --json --quiet`` in a fresh process (its llama-server start and
 model load included, as the user waits for them) and writes results/demo.json, whose numbers
@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, write_result
+from bench.common import RESULTS, write_result
 
 #: the README's target for the demo on 2 cores
 TARGET_S = 240

@@ -1,8 +1,8 @@
 """The one prepared run for a machine with a GPU: the encoder on the CUDA provider and the
 dedup kernel at N=1e6, each against its baselines in the same run.
 
-    python bench/device.py            # writes bench/results/device.json
-    python bench/device.py --quick    # N=1e5 and fewer texts: checks the script on any machine
+    python -m bench device            # writes bench/results/device.json
+    python -m bench device --quick    # N=1e5 and fewer texts: checks the script on any machine
 
 Encoder: the same mixed-length texts through the CUDA provider (at several batch-token
 budgets: a GPU wants far larger batches than the CPU's 512) and through the CPU provider with
@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import write_result
+from bench.dedup import make_bank, make_faiss, run_config, scan_against_bandwidth
+from bench.encoder import make_texts, rate
+from bench.limits import sgemm_gflops
 from rse_fast import kernels
 from rse_fast.encoder import CPU, CUDA, Encoder
-
-from common import write_result
-from dedup import make_bank, make_faiss, run_config, scan_against_bandwidth, sgemm_gflops
-from encoder import make_texts, rate
 
 REFERENCE = Path(__file__).parent.parent / "tests" / "data" / "encoder_reference.json"
 #: batch-token budgets tried on the GPU (the CPU's best is the encoder's default, 512)

@@ -2,7 +2,7 @@
 llama-server: a distillation that continues the rollout's conversation against one that
 pastes the rollout into a fresh prompt, in the same run, on the same problems.
 
-    python bench/distill_cache.py            # -> results/distill_cache.json
+    python -m bench distill_cache            # -> results/distill_cache.json
 
 RSE at its defaults but with every round-1 rollout distilled (settle rule off, two rounds),
 four slots, on the 0.5B model. The share is the servers' own count: the prompt tokens of the
@@ -13,19 +13,15 @@ prompt tokens, and the prefill milliseconds llama.cpp's ``timings`` report.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import write_result
 from rse_fast.encoder import Encoder
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.llm import LLMClient
 from rse_fast.local import LocalServer
 from rse_fast.rse import RSE, RSEConfig
-
-from common import write_result
 
 MODEL = "qwen2.5-coder-0.5b"
 TASK = "gym:basic_arithmetic?min_terms=3&max_terms=3&min_digits=1&max_digits=2"

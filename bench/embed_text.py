@@ -1,6 +1,6 @@
 """What dedup should embed: a structured experience's statement alone, or its rendered line?
 
-    python bench/embed_text.py      # < 30 s, writes results/embed_text.json
+    python -m bench embed_text      # < 30 s, writes results/embed_text.json
 
 A structured proposition renders as ``statement (holds if …; from …)`` and a pitfall as
 ``[kind] context: move -> consequence``; the compact format (the default) is the statement
@@ -17,19 +17,16 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import RESULTS, write_result
 from rse_fast.encoder import Encoder
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.index import SimilarityIndex
-
-from common import RESULTS, write_result
 
 SOURCE = Path(__file__).parent / "data" / "structured_banks.jsonl"
 _PROPOSITION = re.compile(r"^(?P<statement>.*?) \((?:holds if |from ).*\)$", re.S)

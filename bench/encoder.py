@@ -1,6 +1,6 @@
 """Encoder benchmark: rse_fast's Encoder vs a naive per-text loop and fastembed, same model file.
 
-    python bench/encoder.py --quick   # < 60 s
+    python -m bench encoder --quick   # < 60 s
 
 Short (~20 tokens), medium (~80) and mixed-length (5-128) texts; ours at one call per set (it
 cuts the call into length-sorted sub-batches of ~512 tokens) and one call per text, the naive
@@ -23,12 +23,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import best_time, write_result
 from rse_fast.encoder import Encoder
 from rse_fast.kernels import available_cores
 from rse_fast.registry import resolve_encoder
-
-from common import best_time, write_result
 
 WORDS = (
     "the a proof lemma answer equation root integer prime divisor function derivative limit "
@@ -201,7 +199,7 @@ def run(quick: bool) -> dict[str, Any]:
     else:
         agree = None
     mixed = results["mixed"]
-    from dedup import sgemm_gflops
+    from bench.dedup import sgemm_gflops
 
     sgemm = sgemm_gflops()
     gflops = mixed["ours_b256"]["tok_per_s"] * gemm_flops_per_token() / 1e9

@@ -1,8 +1,8 @@
 """The compute-normalised comparison on the embedded local model, and its committed summary.
 
-    python bench/eval_local.py                   # both parts (resumes), then summarise
-    python bench/eval_local.py --part verifiable
-    python bench/eval_local.py --summarise-only
+    python -m bench eval_local                   # both parts (resumes), then summarise
+    python -m bench eval_local --part verifiable
+    python -m bench eval_local --summarise-only
 
 Part *verifiable*: every method on a seeded reasoning-gym arithmetic set (2-3 terms, 1-2 digits:
 single samples of qwen2.5-coder-0.5b are right ~40% of the time) at two budgets; quality is
@@ -28,10 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import write_result
 from rse_fast.eval.report import write_report
-
-from common import write_result
 
 RESULTS = Path(__file__).parent / "results"
 MODEL = "qwen2.5-coder-0.5b (Q4 GGUF, llama.cpp llama-server, CPU)"

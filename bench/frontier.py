@@ -1,7 +1,7 @@
 """Accuracy per unit of cost: stopping, confidence and cost as users pay it, at >= 4 budgets.
 
-    python bench/frontier.py --cell dev-easy-0.5b     # collect (or resume) one cell's pools
-    python bench/frontier.py --summarise             # frontier.json + the README table
+    python -m bench frontier --cell dev-easy-0.5b     # collect (or resume) one cell's pools
+    python -m bench frontier --summarise             # frontier.json + the README table
 
 A *pool* is ``samples`` independent rollouts per problem from the real llama-server, each with
 its per-token confidences (top-5 logprobs), its answer, its grade, and what the server said it
@@ -21,12 +21,11 @@ import argparse
 import asyncio
 import json
 import random
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import machine, read_jsonl, read_result, replace_readme_block, write_result
 from rse_fast.answers import extract_answer, majority_vote
 from rse_fast.answers.confidence import (
     keep_most_confident,
@@ -38,8 +37,6 @@ from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 from rse_fast.llm import LLMClient
 from rse_fast.methods import Candidate
 from rse_fast.methods.voting import beta_settled
-
-from common import machine, read_jsonl, read_result, replace_readme_block, write_result
 
 HERE = Path(__file__).parent
 WORK = HERE / "results" / "frontier"

@@ -1,6 +1,6 @@
 """RSE orchestration overhead against the scripted server, on two workloads.
 
-    python bench/overhead.py --quick   # K=32, R=3, both workloads, < 60 s
+    python -m bench overhead --quick   # K=32, R=3, both workloads, < 60 s
 
 *stress*: every call answers after exactly L = 200 ms with its whole reply, so all K
 distillations of a round return together and nothing can hide the work that follows them.
@@ -25,22 +25,18 @@ import argparse
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import module_command, start_ready, write_result
 from rse_fast.encoder import Encoder
 from rse_fast.llm.client import LLMClient
 from rse_fast.prompts import is_distillation
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE
-
-from common import write_result
 
 PROBLEM = "How many positive divisors does 360 have?"
 TOPICS = [
@@ -117,13 +113,7 @@ def serve(workload: str) -> None:
 
 
 def start_server(workload: str) -> tuple[subprocess.Popen[str], str]:
-    args = [sys.executable, __file__, "--serve", workload]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY "):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
+    proc, line = start_ready(module_command("bench.overhead", "--serve", workload), "READY ")
     return proc, line.split()[1]
 
 
@@ -203,7 +193,7 @@ class CountingEncoder(Encoder):
 def encoder_floor_s(tokens: int, sgemm_gflops: float) -> float:
     """The least time any float32 encoder needs for ``tokens`` on this CPU: the weight GEMMs'
     work at the BLAS sgemm rate measured in this run (everything else taken as free)."""
-    from encoder import gemm_flops_per_token
+    from bench.encoder import gemm_flops_per_token
 
     return tokens * gemm_flops_per_token() / (sgemm_gflops * 1e9)
 
@@ -263,7 +253,7 @@ async def measure(
 
 
 async def run(quick: bool) -> dict[str, Any]:
-    from dedup import sgemm_gflops
+    from bench.dedup import sgemm_gflops
 
     encoder = CountingEncoder()
     encoder.warmup()

@@ -1,7 +1,7 @@
 """Side by side with its_hub (PyPI ``its-hub``): the same families against the same server.
 
-    python bench/peers.py --quick      # < 60 s, scripted server only -> results/peers_quick.json
-    python bench/peers.py              # the overhead grid and the quality run -> results/peers.json
+    python -m bench peers --quick      # < 60 s, scripted server only -> results/peers_quick.json
+    python -m bench peers              # the overhead grid and the quality run -> results/peers.json
 
 its_hub lives in its own virtual environment (``bench/requirements-peers.txt``; created here
 when missing, under ``~/.cache/rse_fast/peers-venv`` or ``$RSE_FAST_PEERS_VENV``) and each side
@@ -41,12 +41,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import read_result, replace_readme_block, write_result
 from rse_fast.llm.client import LLMClient
 from rse_fast.prompts import JUDGE_SYSTEM, solve_messages
 from rse_fast.testing import ScriptedServer
-
-from common import read_result, replace_readme_block, write_result
 
 HERE = Path(__file__).parent
 WORKER = HERE / "peers_worker.py"

@@ -1,9 +1,9 @@
 """Does RSE pay for itself? A protocol: defaults chosen on dev seeds, reported once on test seeds.
 
-    python bench/rse_ablation.py --cell dev-easy-0.5b     # run (or resume) one cell
-    python bench/rse_ablation.py --cell test-easy-0.5b test-three-0.5b test-mid-1.5b  # in turn
-    python bench/rse_ablation.py --summarise-only         # rse_ablation.json + README table
-    python bench/rse_ablation.py --scripted               # plumbing: the scripted server
+    python -m bench rse_ablation --cell dev-easy-0.5b     # run (or resume) one cell
+    python -m bench rse_ablation --cell test-easy-0.5b test-three-0.5b test-mid-1.5b  # in turn
+    python -m bench rse_ablation --summarise-only         # rse_ablation.json + README table
+    python -m bench rse_ablation --scripted               # plumbing: the scripted server
 
 A *cell* is (model, task, seed set, budget, methods). Dev cells hold the ablation variants (each
 change switched off); test cells hold ``rse`` at its defaults and ``sc``, on seeds no default
@@ -32,7 +32,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -40,11 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import machine, module_command, read_jsonl, replace_readme_block, write_result
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
-
-from common import machine, read_jsonl, replace_readme_block, write_result
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -263,7 +260,7 @@ def _chunks(
         part.write_text(json.dumps(problems[start : start + chunk]))
         for method in cell.methods:
             cmd = [
-                sys.executable, str(HERE / "rse_worker.py"),
+                *module_command("bench.rse_worker"),
                 "--problems", str(part), "--out", str(folder / f"{slug(method)}.jsonl"),
                 "--url", url, "--model", model, "--method", method, "--label", method,
                 "--budget", str(cell.budget), "--k", str(cell.k), "--parallel", str(cell.k),

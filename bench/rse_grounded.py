@@ -1,9 +1,9 @@
 """Does checked experience pay? RSE with execution-grounded experience on code, against the
 baselines that get the same check (issue 41's protocol; dev seeds choose, test seeds once).
 
-    python bench/rse_grounded.py --cell dev-he-0.5b dev-he-1.5b   # calibration
-    python bench/rse_grounded.py --cell test-he-0.5b              # run (or resume) a cell
-    python bench/rse_grounded.py --summarise-only                 # rse_grounded.json
+    python -m bench rse_grounded --cell dev-he-0.5b dev-he-1.5b   # calibration
+    python -m bench rse_grounded --cell test-he-0.5b              # run (or resume) a cell
+    python -m bench rse_grounded --summarise-only                 # rse_grounded.json
 
 HumanEval problems that state examples (126 of 164) are shuffled once (``PARTITION_SEED``)
 and split into disjoint parts, fixed before any ran: 16 dev problems (calibration), 60 for
@@ -26,20 +26,16 @@ import argparse
 import asyncio
 import json
 import random
-import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from rse_ablation import THREE, Cell, guided_vs_sc_samples, run_cell, slug
-
+from bench.common import read_jsonl, write_result
+from bench.rse_ablation import THREE, Cell, guided_vs_sc_samples, run_cell, slug
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 from rse_fast.methods.types import Candidate
 from rse_fast.methods.voting import passing_visible, vote_final
-
-from common import read_jsonl, write_result
 
 HERE = Path(__file__).parent
 WORK = HERE / "results" / "rse_grounded"

@@ -1,8 +1,9 @@
 """Run one TTS method over a list of problems against one server, appending a JSONL record per
-problem (resumable). Written against the API that the current tree and the previous release
-share, so ``bench/rse_ablation.py`` can run it with either on ``PYTHONPATH``:
+problem (resumable). ``bench.rse_ablation`` runs it from the exported tree of the commit a
+cell started on (``python -m bench.rse_worker`` there), written against the API that tree and
+the previous release share:
 
-    python bench/rse_worker.py --problems P.json --out OUT.jsonl --url URL --model M \
+    python -m bench.rse_worker --problems P.json --out OUT.jsonl --url URL --model M \
         --method rse --budget 3000 [--variant neg-only]
 
 ``--dataset humaneval`` looks each problem up by id in that dataset (its stated examples and
@@ -15,13 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import read_jsonl
+from bench.common import read_jsonl
 
 
 def _imports() -> tuple[Any, Any, Any, Any]:

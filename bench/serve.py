@@ -1,9 +1,9 @@
 """Service load test (loopback only, bounded): latency the service adds to pass-through requests,
 against the floor a minimal proxy sets, in the same run.
 
-    python bench/serve.py --quick            # 200 concurrent, 1 s upstream, < 60 s
-    python bench/serve.py --soak             # also 20,000 requests: RSS must stay flat
-    python bench/serve.py --workers 2        # the service with two processes on one port
+    python -m bench serve --quick            # 200 concurrent, 1 s upstream, < 60 s
+    python -m bench serve --soak             # also 20,000 requests: RSS must stay flat
+    python -m bench serve --workers 2        # the service with two processes on one port
 
 The scripted upstream (fixed latency), our service and the *floor* (a minimal raw-bytes aiohttp
 proxy written here: read the body, POST it upstream, return the bytes, nothing else) each run in
@@ -42,10 +42,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import RESULTS, module_command, start_ready, write_result
 from rse_fast.local.server import free_port
-
-from common import RESULTS, write_result
 
 BODY = {
     "model": "scripted",
@@ -94,19 +92,7 @@ def floor_proxy(port: int, upstream: str) -> None:
 
 # -- processes and load ------------------------------------------------------------------------
 def start(cmd: list[str], ready: str, cores: set[int] | None = None) -> subprocess.Popen[str]:
-    """Start ``cmd`` (on ``cores`` only, when given: every thread and child inherits them)."""
-
-    def pin() -> None:
-        if cores:
-            os.sched_setaffinity(0, cores)
-
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if ready not in line:
-        proc.kill()
-        raise RuntimeError(f"{cmd[:4]} did not start: {line!r}")
-    return proc
+    return start_ready(cmd, ready, cores)[0]
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
@@ -246,7 +232,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]
         "rse-fast service", proxy_cores,
     )  # fmt: skip
     floor = start(
-        [sys.executable, __file__, "--floor-proxy", str(floor_port), "--upstream", upstream_url],
+        module_command("bench.serve", "--floor-proxy", str(floor_port), "--upstream", upstream_url),
         "FLOOR READY",
         proxy_cores,
     )

@@ -2,7 +2,7 @@
 statistical stop against without it (what ``sc:`` does today: it spends its whole budget), in
 one run, requests alternating.
 
-    python bench/stopping.py --quick       # < 60 s -> results/stopping_quick.json
+    python -m bench stopping --quick       # < 60 s -> results/stopping_quick.json
 
 The scripted server answers like a small model on a 2-core machine would at realistic speed:
 0.2 s to the first token and 60 tokens/s, every sample the same answer. Target: with
@@ -16,21 +16,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench.common import write_result
 from rse_fast.llm import LLMClient
 from rse_fast.methods import Problem, make_method
 from rse_fast.serve import ServeConfig, Service
 from rse_fast.testing import ScriptedServer
-
-from common import write_result
 
 REPLY = "Add the units, then the tens: seven plus five is twelve, so the sum is \\boxed{12}."
 BODY = {"messages": [{"role": "user", "content": "What is 7 + 5?"}], "k": 4, "budget": 4000,

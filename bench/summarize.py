@@ -1,8 +1,8 @@
 """Every number the READMEs print, from bench/results/*.json: the summary table, the tables
 the benchmarks own, and each inline value of the prose.
 
-    python bench/summarize.py           # rewrite README.md and bench/README.md from the JSON
-    python bench/summarize.py --check   # exit 1 naming every number that differs (a test runs it)
+    python -m bench summarize           # rewrite README.md and bench/README.md from the JSON
+    python -m bench summarize --check   # exit 1 naming every number that differs (a test runs it)
 
 An inline value is written ``<!--v file.key.sub:fmt-->shown<!--/v-->`` (``fmt`` a Python
 format spec, optional): ``file`` is ``results/file.json``, the keys descend into it (a number
@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.common import read_result, replace_readme_block
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from common import read_result, replace_readme_block  # noqa: E402
 
 DOCS = (ROOT / "README.md", HERE / "README.md")
 VALUE = re.compile(r"<!--v (?P<ref>[\w.\-]+)(?::(?P<spec>[^>]*?))?-->(?P<shown>.*?)<!--/v-->", re.S)
@@ -262,10 +261,7 @@ def render_prose(text: str) -> str:
 
 def blocks() -> dict[str, tuple[str, Callable[[], str]]]:
     """Generated blocks of bench/README.md: name → (heading, text from the JSON)."""
-    import peers
-    import rse_ablation
-
-    import dedup
+    from bench import dedup, peers, rse_ablation
 
     out: dict[str, tuple[str, Callable[[], str]]] = {"summary": ("## Summary", table)}
     if read_result("dedup"):

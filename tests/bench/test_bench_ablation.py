@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
+from bench import rse_ablation
 
-import rse_ablation  # noqa: E402
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 class Dataset:
@@ -137,7 +135,7 @@ def test_pooled_bank_reach_weights_each_cell_by_its_problems() -> None:
 def test_a_record_torn_by_a_killed_writer_is_dropped_and_the_file_mended(tmp_path):
     """A worker killed mid-write leaves half a line; resuming skips it (the problem reruns)
     instead of failing on it, and the next record starts on a line of its own."""
-    from common import read_jsonl
+    from bench.common import read_jsonl
 
     path = tmp_path / "rse.jsonl"
     path.write_text('{"id": "a", "tokens": 1}\n{"id": "b", "tok')

@@ -3,13 +3,11 @@ the library's, and the pooled targets pair problems; from pools we write here.""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
+from bench import frontier
 
-import frontier  # noqa: E402
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def sample(answer: str, correct: float, conf: float, tokens: int = 100) -> dict:

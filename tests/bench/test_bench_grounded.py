@@ -4,18 +4,16 @@ filter from sc's pool, and the checker's verdicts summed as the JSON reports the
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench import rse_grounded
 from rse_fast.eval import sandbox
 from rse_fast.eval.sandbox import interpreter
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
 
-import rse_grounded  # noqa: E402
 
 RIGHT = (
     "```python\ndef has_close_elements(numbers, threshold):\n"

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
+from bench import serve, summarize
 
-import serve  # noqa: E402
-import summarize  # noqa: E402
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
 
 #: a number with a unit of measurement after it (what a measurement looks like in prose)
 MEASURED = re.compile(
