@@ -107,6 +107,15 @@ async def test_the_filter_chooses_among_candidates_that_pass_the_stated_examples
     assert hidden and not any(json.dumps(h)[1:-1] in sent for h in hidden)
 
 
+def rse_options() -> dict:
+    """Two rounds of four, every round guided (no settling), items shown from one rollout."""
+    from rse_fast.encoder import Encoder
+
+    return {"parallel": 4, "max_tokens": 96, "k": 4, "max_rounds": 2,
+            "encoder": Encoder(providers=["CPUExecutionProvider"]),
+            "config": {"settle_margin": None, "min_support_shown": 1}}  # fmt: skip
+
+
 def wrong_then_told(body: dict, index: int) -> str:
     """Rollouts write wrong code until a prompt carries the grounded failure; the distiller
     finds nothing to say, so whatever guides round 2 came from running the code."""
@@ -121,14 +130,11 @@ def wrong_then_told(body: dict, index: int) -> str:
 
 
 async def test_rse_files_what_running_the_code_showed_as_a_grounded_pitfall():
-    from rse_fast.encoder import Encoder
     from rse_fast.prompts import PITFALLS_HEADER
 
     ds = load_dataset("humaneval", limit=None)
     p = next(x for x in ds.problems if x.id == "HumanEval/0")
-    options = {"parallel": 4, "max_tokens": 96, "k": 4, "max_rounds": 2,
-               "encoder": Encoder(providers=["CPUExecutionProvider"]),
-               "config": {"settle_margin": None, "min_support_shown": 1}}  # fmt: skip
+    options = rse_options()
     async with ScriptedServer(default_reply=wrong_then_told) as srv:
         async with LLMClient(srv.base_url, "m") as c:
             res = await make_method("rse", checker="visible", **options).run(p, 6000, c)
@@ -167,14 +173,11 @@ async def test_reflexion_retries_a_failing_sample_with_its_own_failure_shown():
 async def test_grounded_rse_files_failures_without_a_single_distillation():
     """Running the code costs no tokens: with no model distillation at all, the bank holds
     what the stated examples showed, and a later round sees it."""
-    from rse_fast.encoder import Encoder
     from rse_fast.prompts import PITFALLS_HEADER, is_distillation
 
     ds = load_dataset("humaneval", limit=None)
     p = next(x for x in ds.problems if x.id == "HumanEval/0")
-    options = {"parallel": 4, "max_tokens": 96, "k": 4, "max_rounds": 2,
-               "encoder": Encoder(providers=["CPUExecutionProvider"]),
-               "config": {"settle_margin": None, "min_support_shown": 1}}  # fmt: skip
+    options = rse_options()
     async with ScriptedServer(default_reply=wrong_then_told) as srv:
         async with LLMClient(srv.base_url, "m") as c:
             method = make_method("rse:grounded", checker="visible", **options)
@@ -196,13 +199,10 @@ def right_on_even_seeds(body: dict, index: int) -> str:
 
 
 async def test_a_proposition_from_a_rollout_that_passed_the_stated_examples_is_verified():
-    from rse_fast.encoder import Encoder
 
     ds = load_dataset("humaneval", limit=None)
     p = next(x for x in ds.problems if x.id == "HumanEval/0")
-    options = {"parallel": 4, "max_tokens": 96, "k": 4, "max_rounds": 2, "seed": 0,
-               "encoder": Encoder(providers=["CPUExecutionProvider"]),
-               "config": {"settle_margin": None, "min_support_shown": 1}}  # fmt: skip
+    options = {**rse_options(), "seed": 0}
     async with ScriptedServer(default_reply=right_on_even_seeds) as srv:
         async with LLMClient(srv.base_url, "m") as c:
             res = await make_method("rse", checker="visible", **options).run(p, 20_000, c)
