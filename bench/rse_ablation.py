@@ -9,7 +9,8 @@ A *cell* is (model, task, seed set, budget, methods). Dev cells hold the ablatio
 change switched off); test cells hold ``rse`` at its defaults and ``sc``, on seeds no default
 was chosen on. Every method of a cell gets the same problems, the same budget (prompt +
 completion tokens of every call, distillation included), the same sampling settings and
-seeds. Each cell runs from an exported copy (``git archive``) of the commit it started with,
+seeds. Each cell runs from an exported copy (``git archive``) of the commit it started with
+(a method a fix re-pinned runs at its own, ``method_commit``; its earlier records set aside),
 so edits to the working tree never change a run in flight; records are appended per problem
 and a rerun skips what is done. Problems rotate through the methods in chunks, so a run cut
 short stays paired.
@@ -218,17 +219,26 @@ def run_cell(
     else:
         meta = {"cell": asdict(cell), "commit": head_commit(), "machine": machine()}
         meta_path.write_text(json.dumps(meta, indent=1))
-    tree = export_tree(meta["commit"], Path(tempfile.gettempdir()) / "rse-fast-trees")
+    trees = {
+        m: export_tree(method_commit(meta, m), Path(tempfile.gettempdir()) / "rse-fast-trees")
+        for m in cell.methods
+    }
     if problems is None:
         dataset = load_dataset(cell.task, cell.problems, cell.seed)
         problems = [{"id": p.id, "prompt": p.prompt, "gold": p.gold} for p in dataset.problems]
-    asyncio.run(_serve_and_run(cell, folder, tree, problems, scripted, method_args or {}))
+    asyncio.run(_serve_and_run(cell, folder, trees, problems, scripted, method_args or {}))
+
+
+def method_commit(meta: dict[str, Any], method: str) -> str:
+    """The commit a cell's method runs at: the cell's, unless a fix re-pinned that method
+    alone (``repinned``: method → commit and reason; its earlier records were set aside)."""
+    return str(meta.get("repinned", {}).get(method, {}).get("commit", meta["commit"]))
 
 
 async def _serve_and_run(
     cell: Cell,
     folder: Path,
-    tree: Path,
+    trees: dict[str, Path],
     problems: list[dict[str, Any]],
     scripted: bool,
     method_args: dict[str, list[str]],
@@ -238,23 +248,23 @@ async def _serve_and_run(
 
         async with ScriptedServer(default_reply="7 + 5 = 12 so \\boxed{12}") as srv:
             await asyncio.to_thread(
-                _chunks, cell, folder, tree, problems, srv.base_url, "s", method_args
+                _chunks, cell, folder, trees, problems, srv.base_url, "s", method_args
             )
         return
     from rse_fast.local import LocalServer
 
     async with LocalServer(cell.model, parallel=cell.k) as server:
         await asyncio.to_thread(
-            _chunks, cell, folder, tree, problems, server.base_url, server.model_name,
+            _chunks, cell, folder, trees, problems, server.base_url, server.model_name,
             method_args,
         )  # fmt: skip
 
 
 def _chunks(
-    cell: Cell, folder: Path, tree: Path, problems: list[dict[str, Any]], url: str, model: str,
+    cell: Cell, folder: Path, trees: dict[str, Path], problems: list[dict[str, Any]], url: str,
+    model: str,
     method_args: dict[str, list[str]], chunk: int = 4,
 ) -> None:  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(tree)}
     for start in range(0, len(problems), chunk):
         part = folder / "chunk.json"
         part.write_text(json.dumps(problems[start : start + chunk]))
@@ -267,7 +277,8 @@ def _chunks(
                 "--max-tokens", str(cell.max_tokens), "--max-rounds", str(cell.max_rounds),
                 "--seed", str(cell.seed), *method_args.get(method, []),
             ]  # fmt: skip
-            subprocess.run(cmd, check=True, env=env, cwd=str(tree))
+            tree = str(trees[method])
+            subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": tree}, cwd=tree)
         print(f"{folder.name}: {min(start + chunk, len(problems))}/{len(problems)}", flush=True)
 
 
@@ -407,6 +418,7 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         "planned_problems": cell.problems,
         "partial": len(ids) < cell.problems,
         "commit": meta["commit"],
+        "repinned": meta.get("repinned", {}),
         "machine": meta["machine"],
         "accuracy": {m: sum(s) / len(s) for m, s in score.items()},
         "accuracy_ci95": {m: list(bootstrap_mean_ci(s)) for m, s in score.items()},

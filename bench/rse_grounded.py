@@ -170,7 +170,8 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         "cell": name, "split": cell.split, "model": cell.model, "task": cell.task,
         "seed": cell.seed, "budget_tokens": cell.budget, "problems": len(chosen),
         "planned_problems": cell.problems, "partial": len(chosen) < cell.problems,
-        "commit": meta["commit"], "machine": meta["machine"],
+        "commit": meta["commit"], "repinned": meta.get("repinned", {}),
+        "machine": meta["machine"],
         "methods": {
             m: {"pass_rate": sum(s) / len(s), "ci95": list(bootstrap_mean_ci(s)),
                 "cost_tokens": sum(tokens[m]) / len(tokens[m])}

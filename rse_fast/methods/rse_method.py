@@ -181,9 +181,16 @@ class RSEMethod(Method):
         for r in range(1, self.max_rounds + 1):
             shown = 0 if settled else c.count_tokens(block)
             unit = roll + shown
-            if r > 1 and spend.left < 0.5 * unit:
-                break
-            k_r = max(1, min(self.k, int(spend.left / unit + 0.5)))
+            # later rounds buy whole rollouts as sc's later waves do: a part one is cut short
+            # by a cap and is a truncated sample in the pool
+            k_r = min(self.k, spend.units_left(unit, tail=r > 1))
+            whole = spend.whole_reservations(prompt + shown, self.max_tokens)
+            if r > 1 and whole is not None:
+                k_r = min(k_r, whole)
+            if k_r == 0:
+                if r > 1:
+                    break
+                k_r = 1
             guided_after = (roll + c.count_tokens(block) + 60) * self.k
             experience = dist * (k_r if cfg.distill_mode == "each" else 1)
             distil = (

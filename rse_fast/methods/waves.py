@@ -48,14 +48,27 @@ class RunBudget:
 
     def units_left(self, unit_cost: float, tail: bool = False) -> int:
         """Units that still fit, rounded to the nearest so the total lands near budget; a
-        ``tail`` (a later wave) buys a part unit only as ``buys_part_unit`` says."""
+        ``tail`` (a later wave) buys a part unit only as ``buys_part_unit`` says, and never
+        under a cap: the cap would cut it short, tokens spent on a truncated sample."""
         if unit_cost <= 0:
             return 0
         room = max(0.0, self.left / unit_cost)
         if not tail:
             return int(room + 0.5)
         whole = int(room)
+        if self.client.cap is not None:
+            return whole
         return whole + buys_part_unit(room - whole, self.budget / unit_cost)
+
+    def whole_reservations(self, prompt_tokens: int, max_tokens: int) -> int | None:
+        """How many calls of this size a cap can reserve whole at once (``None``: no cap).
+        Calls sent together each hold their worst case, so one more than this would be cut
+        short at its start."""
+        cap = self.client.cap
+        if cap is None:
+            return None
+        per_call = self.client.prompt_margin.reserve(prompt_tokens) + max_tokens
+        return max(0, int(min(self.left, cap.room)) // per_call)
 
 
 def buys_part_unit(part: float, budget_units: float) -> bool:

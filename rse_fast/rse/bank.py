@@ -232,9 +232,11 @@ class ExperienceBank:
         guidance: Guidance = DEFAULT_GUIDANCE,
     ) -> str:
         """Prompt text for the bank: the best-ranked experiences of both kinds with at least
-        ``min_support`` that fit ``token_budget`` (framing included), pitfalls first."""
+        ``min_support`` that fit ``token_budget`` (framing included), pitfalls first. A
+        checker-verified item needs no second sighting: support guards against a belief one
+        rollout made up, and a verified item is no belief."""
         order = {
-            k: [i for i in self.ranked(k) if self._entries[k][i].support >= min_support][
+            k: [i for i in self.ranked(k) if self._shown_with(self._entries[k][i], min_support)][
                 :max_per_kind
             ]
             for k in KINDS
@@ -257,6 +259,10 @@ class ExperienceBank:
             if not text or count_tokens(text) <= token_budget:
                 return text
             shown.pop()  # the per-line estimate was short: drop the lowest-ranked
+
+    @staticmethod
+    def _shown_with(entry: _Entry, min_support: int) -> bool:
+        return entry.support >= min_support or entry.experience.verdict == "verified"
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:

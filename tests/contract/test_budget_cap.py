@@ -290,3 +290,24 @@ async def test_a_refusal_by_the_cap_is_not_a_failed_call(encoder):
             for r in range(2, 12):
                 await engine.run_round(PROBLEM, r, bank, GOLD, "", distil=False)
         assert not issubclass(BudgetExhaustedError, RoundFailedError)
+
+
+async def test_under_a_cap_rse_later_rounds_buy_only_whole_rollouts(encoder):
+    """A rollout the cap must cut short is a truncated sample in the pool, tokens spent on
+    no answer. Under a cap, RSE's later rounds buy whole rollouts only, as sc's later waves
+    do (``RunBudget.units_left``), landing under the budget instead; so after round 1 no
+    request is cut to less than half its ``max_tokens`` (rollouts here always run to it; a
+    few tokens go to the meter's prompt margin, which the plan does not see)."""
+    long_reply = " ".join([FILLER] * 40) + " so \\boxed{12}"
+    async with ScriptedServer(default_reply=long_reply) as srv, LLMClient(srv.base_url, "m") as c:
+        m = method("rse", "cap", encoder)
+        problem = Problem("p", PROBLEM, GOLD)
+        cut = []
+        for budget in range(700, 2000, 60):
+            srv.requests.clear()
+            res = await m.run(problem, budget, c)
+            assert res.tokens <= budget
+            limits = [b.get("max_tokens") for b in srv.requests]
+            later = limits[len([r for r in res.meta["pool_rounds"] if r == 1]) :]
+            cut += [(budget, x) for x in later if x is not None and x < MAX_TOKENS / 2]
+    assert not cut, cut

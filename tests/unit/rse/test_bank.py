@@ -198,3 +198,20 @@ def test_damaged_bank_file_names_the_file(tmp_path, damage):
     damage(tmp_path / "bank")
     with pytest.raises(ValueError, match=str(tmp_path / "bank")):
         ExperienceBank.load(tmp_path / "bank")
+
+
+def test_a_single_sighting_waits_unless_a_checker_verified_it():
+    """Support guards against one rollout's made-up belief; a fact the checker verified (a
+    failure seen by running the code) reaches the prompt on its first sighting."""
+    bank = ExperienceBank(8)
+    v = unit(3, seed=7)
+    seen = Experience(text="f(3) raised IndexError", kind="negative", round=1, rollout=0,
+                      position=0, verdict="verified", evidence="ran f(3)")  # fmt: skip
+    believed = exp("the loop must start at 1", "negative", rollout=1)
+    guessed = Experience(text="sorting first helps", kind="positive", round=1, rollout=2,
+                         position=0, verdict="unknown")  # fmt: skip
+    bank.add([seen, believed, guessed], v, TAU)
+    shown = bank.render(min_support=2)
+    assert "f(3) raised IndexError" in shown
+    assert "the loop must start at 1" not in shown and "sorting first helps" not in shown
+    assert "the loop must start at 1" in bank.render(min_support=1)
