@@ -12,10 +12,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import tomllib
+
+from rse_fast.eval.records import repair_torn_tail
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
+CELLS_DIR = ROOT / "bench" / "cells"
+CellT = TypeVar("CellT")
 
 
 def module_command(module: str, *args: str) -> list[str]:
@@ -132,8 +138,9 @@ def replace_readme_block(name: str, body: str, heading: str) -> None:
 
 def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     """The records of an append-only JSONL file. A last line cut off by a writer that was
-    killed is skipped; with ``repair`` it is also removed from the file, so the next record
-    appended starts on a line of its own. A bad line anywhere else raises."""
+    killed is skipped; with ``repair`` it is also cut from the file, by the evaluation's own
+    rule (``repair_torn_tail``), so the next record appended starts on a line of its own. A
+    bad line anywhere else raises."""
     if not path.exists():
         return []
     lines = path.read_text().splitlines()
@@ -147,5 +154,25 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
             if k != len(lines) - 1:
                 raise
             if repair:
-                path.write_text("".join(kept + "\n" for kept in lines[:k]))
+                repair_torn_tail(path)
     return rows
+
+
+def load_cells(bench: str, make: Callable[..., CellT]) -> dict[str, CellT]:
+    """A benchmark's cells, data in ``bench/cells/<bench>.toml`` (what each is for in its
+    ``why``), task names resolved through ``bench/cells/tasks.toml``. A field the cell type
+    does not know fails here, naming the cell."""
+    tasks = tomllib.loads((CELLS_DIR / "tasks.toml").read_text())["tasks"]
+    cells = tomllib.loads((CELLS_DIR / f"{bench}.toml").read_text())["cells"]
+    out: dict[str, CellT] = {}
+    for name, fields in cells.items():
+        if fields["task"] not in tasks:
+            raise ValueError(f"cell {name!r} of {bench}: unknown task {fields['task']!r}")
+        fields = {**fields, "task": tasks[fields["task"]]}
+        if "methods" in fields:
+            fields["methods"] = tuple(fields["methods"])
+        try:
+            out[name] = make(**fields)
+        except TypeError as exc:
+            raise ValueError(f"cell {name!r} of {bench}: {exc}") from exc
+    return out

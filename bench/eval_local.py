@@ -1,8 +1,8 @@
 """The compute-normalised comparison on the embedded local model, and its committed summary.
 
-    python -m bench eval_local                   # both parts (resumes), then summarise
+    python -m bench eval_local                   # both parts (resumes), then summarize
     python -m bench eval_local --part verifiable
-    python -m bench eval_local --summarise-only
+    python -m bench eval_local --summarize-only
 
 Part *verifiable*: every method on a seeded reasoning-gym arithmetic set (2-3 terms, 1-2 digits:
 single samples of qwen2.5-coder-0.5b are right ~40% of the time) at two budgets; quality is
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import write_result
-from rse_fast.eval.report import write_report
+from rse_fast.eval.summary import write_report
 
 RESULTS = Path(__file__).parent / "results"
 MODEL = "qwen2.5-coder-0.5b (Q4 GGUF, llama.cpp llama-server, CPU)"
@@ -91,10 +91,10 @@ async def run_part(name: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=sorted(PARTS), action="append")
-    parser.add_argument("--summarise-only", action="store_true")
+    parser.add_argument("--summarize-only", action="store_true")
     args = parser.parse_args()
     names = args.part or list(PARTS)
-    if not args.summarise_only:
+    if not args.summarize_only:
         for name in names:
             asyncio.run(run_part(name))
     summary: dict[str, Any] = {"model": MODEL, "parts": {}}

@@ -1,7 +1,7 @@
 """Accuracy per unit of cost: stopping, confidence and cost as users pay it, at >= 4 budgets.
 
     python -m bench frontier --cell dev-easy-0.5b     # collect (or resume) one cell's pools
-    python -m bench frontier --summarise             # frontier.json + the README table
+    python -m bench frontier --summarize             # frontier.json + the README table
 
 A *pool* is ``samples`` independent rollouts per problem from the real llama-server, each with
 its per-token confidences (top-5 logprobs), its answer, its grade, and what the server said it
@@ -25,7 +25,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine, read_jsonl, read_result, replace_readme_block, write_result
+from bench.common import (
+    load_cells,
+    machine,
+    read_jsonl,
+    read_result,
+    replace_readme_block,
+    write_result,
+)
 from rse_fast.answers import extract_answer, majority_vote
 from rse_fast.answers.confidence import (
     keep_most_confident,
@@ -40,9 +47,6 @@ from rse_fast.methods.voting import beta_settled
 
 HERE = Path(__file__).parent
 WORK = HERE / "results" / "frontier"
-EASY = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
-THREE = "gym:basic_arithmetic?min_terms=3&max_terms=3&min_digits=1&max_digits=2"
-MID = "gym:basic_arithmetic?min_terms=3&max_terms=4&min_digits=1&max_digits=2"
 TEMPERATURE = 0.7  # the methods' default
 TOP_LOGPROBS = 5
 
@@ -56,16 +60,10 @@ class Cell:
     split: str  # "dev" chooses, "test" reports once
     samples: int = 16
     max_tokens: int = 384
+    why: str = ""  # what the cell is for
 
 
-# fmt: off
-CELLS = {
-    "dev-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 12, 401, "dev"),
-    "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 411, "test"),
-    "test-three-0.5b": Cell("qwen2.5-coder-0.5b", THREE, 40, 412, "test", max_tokens=1024),
-    "test-mid-1.5b": Cell("qwen2.5-coder-1.5b", MID, 30, 413, "test", max_tokens=1024),
-}
-# fmt: on
+CELLS = load_cells("frontier", Cell)
 
 
 def sample_record(choice: Any, usage: Any, grade: float) -> dict[str, Any]:
@@ -340,11 +338,11 @@ def pooled_targets(cells: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def summarise() -> None:
+def summarize() -> None:
     dev_path = WORK / "dev-easy-0.5b" / "pools.jsonl"
     dev_pools = read_jsonl(dev_path) if dev_path.exists() else []
     if len(dev_pools) < CELLS["dev-easy-0.5b"].problems:
-        print("the dev cell is not complete: no rule is chosen, nothing is summarised")
+        print("the dev cell is not complete: no rule is chosen, nothing is summarized")
         return
     chosen = choose_on_dev(dev_pools)
     cells = []
@@ -403,12 +401,12 @@ def table(cells: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", nargs="+", choices=sorted(CELLS), default=[])
-    parser.add_argument("--summarise", action="store_true")
+    parser.add_argument("--summarize", action="store_true")
     args = parser.parse_args()
     for name in args.cell:
         asyncio.run(collect(name, CELLS[name]))
-    if args.summarise or args.cell:
-        summarise()
+    if args.summarize or args.cell:
+        summarize()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python -m bench rse_ablation --cell dev-easy-0.5b     # run (or resume) one cell
     python -m bench rse_ablation --cell test-easy-0.5b test-three-0.5b test-mid-1.5b  # in turn
-    python -m bench rse_ablation --summarise-only         # rse_ablation.json + README table
+    python -m bench rse_ablation --summarize-only         # rse_ablation.json + README table
     python -m bench rse_ablation --scripted               # plumbing: the scripted server
 
 A *cell* is (model, task, seed set, budget, methods). Dev cells hold the ablation variants (each
@@ -40,22 +40,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine, module_command, read_jsonl, replace_readme_block, write_result
+from bench.common import (
+    load_cells,
+    machine,
+    module_command,
+    read_jsonl,
+    replace_readme_block,
+    write_result,
+)
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 WORK = HERE / "results" / "rse_ablation"
-EASY = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
-#: Longer arithmetic, rollouts given 1,024 tokens. Out of the 0.5B's range: its round-1
-#: samples were right 1 time in 16 (4 problems), far below the 30-60% a test cell needs.
-MULTI = "gym:basic_arithmetic?min_terms=5&max_terms=6&min_digits=2&max_digits=3"
-MID = "gym:basic_arithmetic?min_terms=3&max_terms=4&min_digits=1&max_digits=2"
-THREE = "gym:basic_arithmetic?min_terms=3&max_terms=3&min_digits=1&max_digits=2"
-#: Grade-school word problems (GSM8K templates with fresh numbers): several dependent steps
-#: in words, which is what "multi-step" means for a user, not just longer sums.
-GSM = "gym:gsm_symbolic"
 
 
 @dataclass(frozen=True)
@@ -70,95 +68,22 @@ class Cell:
     k: int = 4
     max_tokens: int = 384
     max_rounds: int = 8
+    why: str = ""  # what the cell is for, and the rule it ran under
 
 
-DEV_METHODS = ("rse", "rse:batch", "sc")
-# fmt: off
-CELLS = {
-    "dev-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 8, 101, 4000, DEV_METHODS, "dev"),
-    # a budget at which the planner buys distillation (at 4,000 it never does: one
-    # distillation costs about 2.5 rollouts), so the bank's effect on the samples it guides
-    # can be measured at all
-    "dev-easy8k-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 8, 101, 8000, ("rse", "sc"), "dev"),
-    # the ablation variants (each default switched off) on the 0.5B's multi-step task (dev
-    # seed 101), where round 1 splits more often and a bank reaches more prompts than on easy
-    # sums. It chose the rules framing (bench/README: the rule fixed before it ran), so the
-    # 8,000-token test cells restarted on the commit that made it the default
-    "dev-three-ablate-0.5b": Cell(
-        "qwen2.5-coder-0.5b", THREE, 8, 101, 8000,
-        ("rse", "rse:batch", "rse:votes", "rse:support-1", "rse:rules", "rse:no-settle", "sc"),
-        "dev", max_tokens=1024,
-    ),
-    # calibration: single samples (two per problem) of a candidate multi-step task
-    "probe-mid-0.5b": Cell(
-        "qwen2.5-coder-0.5b", MID, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
-    ),
-    "probe-three-0.5b": Cell(
-        "qwen2.5-coder-0.5b", THREE, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
-    ),
-    "probe-gsm-0.5b": Cell(
-        "qwen2.5-coder-0.5b", GSM, 12, 202, 1600, ("sc",), "probe", k=2, max_tokens=1024
-    ),
-    "probe-gsm-1.5b": Cell(
-        "qwen2.5-coder-1.5b", GSM, 8, 202, 2000, ("sc",), "probe", k=2, max_tokens=1024
-    ),
-    # the 1.5B on longer sums, whose rollouts are short enough for a distillation and a
-    # guided round to fit in 8,000 tokens (its word-problem rollouts are not: see
-    # test-gsm-1.5b). The rule, fixed before they ran: the 1.5B's test cell takes the task
-    # whose single samples are right 30-60% (both in range: the one nearer 45%; neither: the
-    # one nearer the range), at 8,000 tokens, provided its samples cost at most ~400 tokens
-    # (else the planner cannot distil there either)
-    "probe-mid-1.5b": Cell(
-        "qwen2.5-coder-1.5b", MID, 8, 202, 2000, ("sc",), "probe", k=2, max_tokens=1024
-    ),
-    "probe-multi-1.5b": Cell(
-        "qwen2.5-coder-1.5b", MULTI, 8, 202, 2000, ("sc",), "probe", k=2, max_tokens=1024
-    ),
-    # the committed ablation's setting (4,000 tokens), fixed before its first test problem ran
-    "test-easy-0.5b": Cell("qwen2.5-coder-0.5b", EASY, 60, 7, 4000, ("rse", "sc"), "test"),
-    # The multi-step cells: a task per model where its single samples are right 30-60% (the
-    # probes, dev seed 202): three-term sums for the 0.5B (47% per sample, 83% SC at ~7
-    # samples), three-to-four-term sums for the 1.5B (test-mid-1.5b below; its word problems
-    # were retired). Both at 8,000 tokens, where a distillation of their ~250-token samples
-    # still leaves a guided round (at 4,000 the planner buys none: test-easy-0.5b).
-    "test-three-0.5b": Cell(
-        "qwen2.5-coder-0.5b", THREE, 40, 7, 8000, ("rse", "sc"), "test", max_tokens=1024
-    ),
-    # the 1.5B's test cell, by the probes' rule above: three-to-four-term sums put its single
-    # samples at 57% (~270 tokens each; longer sums at 14%, out of range)
-    "test-mid-1.5b": Cell(
-        "qwen2.5-coder-1.5b", MID, 30, 7, 8000, ("rse", "sc"), "test", max_tokens=1024
-    ),
-    # retired after its first problem, before any SC record: at 8,000 tokens it cannot test
-    # experience. The 1.5B's word-problem samples cost ~580 tokens, so a round of four plus
-    # its four distillations (~1,000 each) leaves no room for a guided round, and the planner
-    # never distils: RSE is SC by construction (its first problem: 4 rounds, no distillation).
-    # A distillation first fits at ~10,000 tokens; the 1.5B's cell keeps the 0.5B's 8,000 and
-    # moves to sums instead (test-mid-1.5b)
-    "test-gsm-1.5b": Cell(
-        "qwen2.5-coder-1.5b", GSM, 30, 7, 8000, ("rse", "sc"), "retired", max_tokens=1024
-    ),
-    # retired: the first 4 problems of test-three-0.5b, run with the one-line framing before
-    # the dev ablation chose the rules; shown, not pooled
-    "test-three-short-0.5b": Cell(
-        "qwen2.5-coder-0.5b", THREE, 40, 7, 8000, ("rse", "sc"), "retired", max_tokens=1024
-    ),
-    # retired before it was a fair test: MULTI is out of the 0.5B's range (round 1 right 1
-    # time in 16) and RSE never distilled at 6,000; kept so nothing run is hidden, not pooled
-    "test-multi-0.5b": Cell(
-        "qwen2.5-coder-0.5b", MULTI, 40, 7, 6000, ("rse", "sc"), "retired", max_tokens=1024
-    ),
-}
+CELLS = load_cells("rse_ablation", Cell)
 
 
 @dataclass
-class Records:
-    """One cell's appended records: method → problem id → record."""
+class CellRecords:
+    """One cell's appended records, a file per method: method → problem id → record. (An
+    evaluation's records, ``rse_fast.eval.records``, are one file keyed by problem, method
+    and budget; a cell's budget is one, and its methods run from their own commits.)"""
 
     by_method: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, folder: Path, methods: tuple[str, ...]) -> Records:
+    def read(cls, folder: Path, methods: tuple[str, ...]) -> CellRecords:
         out = cls()
         for m in methods:
             path = folder / f"{slug(m)}.jsonl"
@@ -390,14 +315,14 @@ def bank_reach(
     return out
 
 
-def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
+def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     folder = WORK / name
     if not (folder / "cell.json").exists():
         return None
     meta = json.loads((folder / "cell.json").read_text())
     dataset = load_dataset(cell.task, cell.problems, cell.seed)
     by_id = {p.id: p for p in dataset.problems}
-    recs = Records.read(folder, cell.methods)
+    recs = CellRecords.read(folder, cell.methods)
     ids = recs.common(list(by_id))
     if not ids:
         return None
@@ -408,6 +333,7 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "cell": name,
         "split": cell.split,
+        "why": cell.why,
         "model": cell.model,
         "task": cell.task,
         "seed": cell.seed,
@@ -590,22 +516,22 @@ def main() -> None:
         help="run (or resume) these cells, one after another (the summary follows each)",
     )  # fmt: skip
     parser.add_argument("--scripted", action="store_true", help="plumbing check, no model")
-    parser.add_argument("--summarise-only", action="store_true")
+    parser.add_argument("--summarize-only", action="store_true")
     args = parser.parse_args()
     if args.scripted:
-        small = Cell("scripted", EASY, 3, 1, 1500, ("rse", "sc"), "dev")
+        small = Cell("scripted", CELLS["dev-easy-0.5b"].task, 3, 1, 1500, ("rse", "sc"), "dev")
         run_cell("scripted", small, scripted=True)
         return
-    for name in [] if args.summarise_only else args.cell:
+    for name in [] if args.summarize_only else args.cell:
         run_cell(name, CELLS[name], scripted=False)
-        summarise()
-    if args.summarise_only or not args.cell:
-        summarise()
+        summarize()
+    if args.summarize_only or not args.cell:
+        summarize()
 
 
-def summarise() -> None:
+def summarize() -> None:
     """rse_ablation.json and the bench README's table, from every cell's records."""
-    done = [s for n, c in CELLS.items() if (s := summarise_cell(n, c)) is not None]
+    done = [s for n, c in CELLS.items() if (s := summarize_cell(n, c)) is not None]
     cells = [c for c in done if c["split"] != "probe"]  # each compares RSE with SC
     probes = [c for c in done if c["split"] == "probe"]  # SC alone: where a task sits
     summary = {"cells": cells, "probes": probes, "pooled": pooled(cells)}

@@ -3,7 +3,7 @@ baselines that get the same check (issue 41's protocol; dev seeds choose, test s
 
     python -m bench rse_grounded --cell dev-he-0.5b dev-he-1.5b   # calibration
     python -m bench rse_grounded --cell test-he-0.5b              # run (or resume) a cell
-    python -m bench rse_grounded --summarise-only                 # rse_grounded.json
+    python -m bench rse_grounded --summarize-only                 # rse_grounded.json
 
 HumanEval problems that state examples (126 of 164) are shuffled once (``PARTITION_SEED``)
 and split into disjoint parts, fixed before any ran: 16 dev problems (calibration), 60 for
@@ -30,8 +30,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from bench.common import read_jsonl, write_result
-from bench.rse_ablation import THREE, Cell, guided_vs_sc_samples, run_cell, slug
+from bench.common import load_cells, write_result
+from bench.rse_ablation import Cell, CellRecords, guided_vs_sc_samples, run_cell, slug
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 from rse_fast.methods.types import Candidate
@@ -52,35 +52,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "rse+check": ("rse", {**CAP, "checker": "visible"}),
     "rse+arith": ("rse", {**CAP, "checker": "arithmetic"}),
 }
-#: Plain ``rse`` is left out of the code cells: at 8,000 tokens its planner buys no model
-#: distillation there (dev-he-0.5b: ~590 tokens a sample, so a round of four, their four
-#: distillations at ~1,050 each and a guided round need ~9,600), so it is SC by
-#: construction; rse+check's records show the same (``distilled_rounds``). Its bank grows
-#: only from what running the code showed, which costs no tokens.
-LIVE_CODE = ("sc", "bon+filter", "reflexion", "rse+check")
 
 
-# fmt: off
-CELLS: dict[str, Cell] = {
-    # calibration (dev): single samples, two per problem, of both models on the dev part; the
-    # rule, fixed before they ran: a model's test cell runs where its single samples pass
-    # the hidden tests 30-60% of the time; outside that range, say so and run it anyway
-    # (the parts are fixed: a subset chosen after seeing results would not be a test)
-    "dev-he-0.5b": Cell("qwen2.5-coder-0.5b", HE, 16, PARTITION_SEED, 1400, ("sc",), "probe",
-                        k=2, max_tokens=768),
-    "dev-he-1.5b": Cell("qwen2.5-coder-1.5b", HE, 8, PARTITION_SEED, 1400, ("sc",), "probe",
-                        k=2, max_tokens=768),
-    # test cells: 8,000 tokens, where a round of four ~450-token samples, their distillations
-    # and a guided round fit (the arithmetic cells' finding: at 4,000 RSE never distils)
-    "test-he-0.5b": Cell("qwen2.5-coder-0.5b", HE, 60, PARTITION_SEED, 8000, LIVE_CODE,
-                         "test", max_tokens=768),
-    "test-he-1.5b": Cell("qwen2.5-coder-1.5b", HE, 40, PARTITION_SEED, 8000, LIVE_CODE,
-                         "test", max_tokens=768),
-    # claims re-computed: three-term sums on the 0.5B, a seed no other cell used
-    "test-three-check-0.5b": Cell("qwen2.5-coder-0.5b", THREE, 40, 4101, 8000,
-                                  ("rse", "rse+arith"), "test", max_tokens=1024),
-}
-# fmt: on
+CELLS = load_cells("rse_grounded", Cell)
 CELL_PART = {
     "dev-he-0.5b": "dev",
     "dev-he-1.5b": "dev",
@@ -127,10 +101,6 @@ def run(name: str) -> None:
 
 
 # -- analysis ---------------------------------------------------------------------------------
-def records(folder: Path, methods: tuple[str, ...]) -> dict[str, dict[str, dict[str, Any]]]:
-    return {m: {r["id"]: r for r in read_jsonl(folder / f"{slug(m)}.jsonl")} for m in methods}
-
-
 def filtered_pick(problem: Any, texts: list[str]) -> str:
     """sc+filter's pick from sc's pool: the library's filter and vote, as sc runs them."""
     pool = [Candidate.of(t, cost=0) for t in texts]
@@ -147,13 +117,13 @@ def visible_passes(problem: Any, texts: list[str]) -> list[float]:
     return out
 
 
-def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
+def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     folder = WORK / name
     if not (folder / "cell.json").exists():
         return None
     meta = json.loads((folder / "cell.json").read_text())
     ds, problems = cell_problems(name, cell)
-    recs = records(folder, cell.methods)
+    recs = CellRecords.read(folder, cell.methods).by_method
     done = set.intersection(*(set(v) for v in recs.values()))
     chosen = [p for p in problems if p.id in done]
     if not chosen:
@@ -167,7 +137,7 @@ def summarise_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     tokens.setdefault("sc+filter", tokens.get("sc", []))
     samples = [t for p in chosen for t in recs[cell.methods[0]][p.id]["pool_texts"]]
     out: dict[str, Any] = {
-        "cell": name, "split": cell.split, "model": cell.model, "task": cell.task,
+        "cell": name, "split": cell.split, "why": cell.why, "model": cell.model, "task": cell.task,
         "seed": cell.seed, "budget_tokens": cell.budget, "problems": len(chosen),
         "planned_problems": cell.problems, "partial": len(chosen) < cell.problems,
         "commit": meta["commit"], "repinned": meta.get("repinned", {}),
@@ -233,8 +203,8 @@ def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rse_checked_vs_sc_filtered": {"diff": diff, "ci95": list(ci)}, "problems": len(a)}
 
 
-def summarise() -> dict[str, Any]:
-    done = [s for n, c in CELLS.items() if (s := summarise_cell(n, c)) is not None]
+def summarize() -> dict[str, Any]:
+    done = [s for n, c in CELLS.items() if (s := summarize_cell(n, c)) is not None]
     summary = {
         "cells": [c for c in done if c["split"] != "probe"],
         "calibration": [c for c in done if c["split"] == "probe"],
@@ -247,13 +217,13 @@ def summarise() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", nargs="+", choices=sorted(CELLS), default=[])
-    parser.add_argument("--summarise-only", action="store_true")
+    parser.add_argument("--summarize-only", action="store_true")
     args = parser.parse_args()
-    for name in [] if args.summarise_only else args.cell:
+    for name in [] if args.summarize_only else args.cell:
         run(name)
-        summarise()
-    if args.summarise_only or not args.cell:
-        print(json.dumps(summarise()["pooled"], indent=1))
+        summarize()
+    if args.summarize_only or not args.cell:
+        print(json.dumps(summarize()["pooled"], indent=1))
 
 
 if __name__ == "__main__":

@@ -297,10 +297,10 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]
         "peak_rss_mb": peak,
         "rss_at_start_mb": rss_start,
     }
-    return {**meta, **summarise(samples), **out}, samples
+    return {**meta, **summarize(samples), **out}, samples
 
 
-def summarise(samples: dict[str, Any]) -> dict[str, Any]:
+def summarize(samples: dict[str, Any]) -> dict[str, Any]:
     """Every figure of serve.json that comes from the requests, from the raw samples alone."""
     overheads: dict[str, list[list[float]]] = samples["overhead_s"]
     latencies: dict[str, list[list[float]]] = samples["latency_s"]
@@ -425,7 +425,7 @@ def main() -> None:
         floor_proxy(args.floor_proxy, args.upstream)
         return
     if args.from_samples:
-        print(json.dumps(summarise(json.loads(SAMPLES.read_text())), indent=2))
+        print(json.dumps(summarize(json.loads(SAMPLES.read_text())), indent=2))
         return
     if args.rounds is None:
         args.rounds = 2 if args.quick else 5

@@ -1,7 +1,7 @@
 """How sure a rollout was, from the model's own token probabilities, and what to do with it.
 
 Token confidence follows DeepConf: at each generated token, the negative mean log-probability
-of its top-k alternatives (high when the distribution is peaked). A rollout is summarised by
+of its top-k alternatives (high when the distribution is peaked). A rollout is summarized by
 its mean, its lowest sliding-window mean (a stretch where the model was lost), its tail (the
 last tokens, where the answer is written) and its bottom-10% windows. Where the server sent
 no ``top_logprobs`` there is no confidence, and callers fall back to plain voting and say so.

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 def merge_report(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from rse_fast.eval.report import write_report
+    from rse_fast.eval.summary import write_report
 
     places = [Path(p) for p in (args.paths or [args.out or "eval-results"])]
     first = places[0] if places[0].is_dir() else places[0].parent
@@ -127,8 +127,8 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from rse_fast.eval.datasets import load_dataset
     from rse_fast.eval.grading import RubricGrader
     from rse_fast.eval.records import Shard
-    from rse_fast.eval.report import write_report
     from rse_fast.eval.runner import EvalPlan, run_eval
+    from rse_fast.eval.summary import write_report
     from rse_fast.llm.client import LLMClient
     from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
 

@@ -13,7 +13,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rse_fast.rse.report import result_from_trace, write_report
+    from rse_fast.rse.run_page import result_from_trace, write_report
 
     with open(args.trace, encoding="utf-8") as fh:
         result = result_from_trace(fh, args.trace)

@@ -98,7 +98,7 @@ def add_parser(sub: Any) -> None:
     g.add_argument(
         "--distill-final-round",
         action="store_true",
-        help="distil the last round too (implied by --bank-out)",
+        help="distill the last round too (implied by --bank-out)",
     )
     d = p.add_argument_group("distillation")
     d.add_argument("--distill-base-url", help="another server for distillation")
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_summary(result, bank))
     page = args.report or ("rse-fast-demo-report.html" if args.demo else None)
     if page:
-        from rse_fast.rse.report import write_report
+        from rse_fast.rse.run_page import write_report
 
         title = f"RSE run: {args.demo} (demo)" if args.demo else "RSE run"
         path = write_report(result.to_dict(), page, title)
@@ -290,7 +290,7 @@ async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
         if args.bank_out and rse.bank is not None:
             rse.bank.save(args.bank_out)
         if trace is not None:
-            from rse_fast.rse.report import RESULT_RECORD
+            from rse_fast.rse.run_page import RESULT_RECORD
 
             trace({"kind": RESULT_RECORD, "result": result.to_dict()})
         return result, rse.bank

@@ -193,7 +193,7 @@ class RSEMethod(Method):
                 k_r = 1
             guided_after = (roll + c.count_tokens(block) + 60) * self.k
             experience = dist * (k_r if cfg.distill_mode == "each" else 1)
-            distil = (
+            distill = (
                 cfg.distill_with_model
                 and not settled
                 and r < self.max_rounds
@@ -209,7 +209,7 @@ class RSEMethod(Method):
             try:
                 result, next_block = await engine.run_round(
                     problem.prompt, r, bank, problem.gold, "" if settled else block,
-                    distil=distil, first_index=sampled, observe=observe, k=k_r,
+                    distill=distill, first_index=sampled, observe=observe, k=k_r,
                 )  # fmt: skip
             except BudgetExhaustedError:
                 if rounds:
@@ -218,7 +218,7 @@ class RSEMethod(Method):
             sampled += k_r
             rounds.append(result)
             roll, dist = self._measure(c.ledger.records[before:], shown, roll, dist)
-            if distil or observe:
+            if distill or observe:
                 block = next_block
             if r == 1 and engine.settling.is_settled(result):
                 settled = True

@@ -61,7 +61,7 @@ DistillFormat = Literal["compact", "structured"]
 
 #: Characters per field of a distilled item. Why: constrained decoding enforces them, so a
 #: small distiller cannot write at length (measured: ~900 tokens per reply without bounds,
-#: several times the rollout it distils).
+#: several times the rollout it distills).
 FIELD_CHARS = {"line": 160, "statement": 200, "conditions": 100, "source": 80, "context": 100,
                "trigger": 100, "action": 120, "consequence": 100}  # fmt: skip
 

@@ -15,22 +15,8 @@ from rse_fast.util.options import checked_options
 class RSEConfig:
     """Rounds R, samples per round K_r, τ per experience type, sampling and distillation.
 
-    What chose the defaults (``bench/rse_ablation.py``, dev seeds only): the cost-side ones
-    (no final-round distillation, the compact format, at most two items per rollout, a cap
-    that follows the rollout, support ≥ 2 at K ≥ 4, the settle rule) come from the previous
-    release's 40-problem run, where distillation took ~66% of RSE's tokens and single
-    sightings led later samples astray. ``dev-three-ablate-0.5b`` (three-term sums, 8
-    problems, 8,000 tokens, each default switched off in turn) chose the framing, by a rule
-    written before it ran (a variant must beat the defaults on accuracy and on what its bank
-    does to the samples it reaches): the four rules (``guidance="rules"``) beat the one-line
-    framing on both, 75% against 62% right (+12.5 pts, 95% CI 0 to +37.5) and guided
-    samples +18.5 pts against SC's at the same positions (CI +8 to +30, 6 problems) against
-    −3.9 (CI −20 to +8, 3 problems), for 46% of the tokens on experience against 36%. No
-    other variant beat the defaults on both: batch distillation, the votes shown to the
-    distiller and no settle rule each lost a problem (−12.5 pts); support 1 tied on accuracy.
-    On easy sums (``dev-easy8k-0.5b``, the one-line framing) the guided samples were −4.2
-    pts (CI −7 to 0, 3 problems). Eight problems separate little: these are the settings
-    measured best, not settings shown to help everywhere.
+    The defaults were chosen on dev seeds; what chose each is in ``docs/decisions.md``
+    ("RSE's defaults, and the framing the dev ablation chose").
 
     Fields:
         rounds: R; round 1 is plain parallel sampling (the bank is empty).
@@ -50,9 +36,9 @@ class RSEConfig:
             ``structured`` (a proposition's statement, conditions, source; a pitfall's context,
             kind, trigger, action, consequence). No field beyond an item's main text and no
             minimum count is required: an empty list is a valid reply.
-        distill_final_round: distil the last round too. Off by default: nothing reads the
+        distill_final_round: distill the last round too. Off by default: nothing reads the
             last round's bank unless it is saved (``--bank-out``) or carried to another
-            problem, and the reference never distils its last round.
+            problem, and the reference never distills its last round.
         distill_sees_votes: show the distiller how the round's answers split (its own
             samples, never a gold answer); the round's distillations then start once all its
             rollouts are in.

@@ -1,6 +1,6 @@
 """The RSE engine: experience-guided rounds of parallel rollouts.
 
-Per round: render the bank into the prompt, sample K rollouts in parallel, distil each rollout
+Per round: render the bank into the prompt, sample K rollouts in parallel, distill each rollout
 (its reasoning trace and its final response) the moment it finishes, embed its experiences
 while other calls are in flight, then one greedy insert per type in a deterministic order
 (rollout index, then position, unless configured otherwise), never arrival order. Rejected
@@ -41,7 +41,7 @@ class RSE:
     """Recycling Search Experience: rounds of parallel rollouts steered by an experience bank.
 
     Args:
-        client: the policy model's :class:`~rse_fast.llm.client.LLMClient` (it also distils:
+        client: the policy model's :class:`~rse_fast.llm.client.LLMClient` (it also distills:
             RSE needs no reward model and no gold answer).
         encoder: sentence encoder for dedup (the bundled all-MiniLM-L6-v2 by default).
         config: :class:`~rse_fast.rse.config.RSEConfig` (rounds, K, τ, sampling, ...).
@@ -162,10 +162,10 @@ class RSE:
         for r in range(len(rounds) + 1, cfg.rounds + 1):
             if settled and cfg.settle_spend == "stop":
                 break
-            distil = self.distils(r, settled)
+            distill = self.distills(r, settled)
             result, block = await self.run_round(
                 problem, r, bank, gold, "" if settled else block,
-                distil=distil and cfg.distill_with_model, observe=distil,
+                distill=distill and cfg.distill_with_model, observe=distill,
             )  # fmt: skip
             rounds.append(result)
             settled = settled or (r == 1 and self.settling.is_settled(result))
@@ -211,7 +211,7 @@ class RSE:
         ``distill_final_round``."""
         return self.config.distill_final_round if self.keep_bank is None else self.keep_bank
 
-    def distils(self, r: int, settled: bool) -> bool:
+    def distills(self, r: int, settled: bool) -> bool:
         """Whether round ``r``'s rollouts are distilled: not once the vote is settled, and
         the last round only when its bank is wanted (:meth:`bank_wanted`)."""
         return not settled and (r < self.config.rounds or self.bank_wanted())
@@ -224,13 +224,13 @@ class RSE:
         gold: str | None,
         block: str,
         *,
-        distil: bool = True,
+        distill: bool = True,
         first_index: int | None = None,
         observe: bool = False,
         k: int | None = None,
     ) -> tuple[RoundResult, str]:
         """Round r with prompt block ``block``; returns its result and the next round's block.
-        ``distil=False``: no distillation (the bank grows only by what a checker that runs
+        ``distill=False``: no distillation (the bank grows only by what a checker that runs
         rollouts observed, with ``observe``: that costs no tokens). ``first_index``: the run's
         sample index of this round's first rollout (seeds follow it; default: the rollouts
         of rounds 1..r-1 as configured). ``k``: this round's rollouts (default: as configured;
@@ -259,8 +259,8 @@ class RSE:
                     )
                 )
 
-        per_rollout = distil and cfg.distill_mode == "each"
-        # round 1 under a settle rule: distil only once its vote shows it is not settled
+        per_rollout = distill and cfg.distill_mode == "each"
+        # round 1 under a settle rule: distill only once its vote shows it is not settled
         # (nothing reads a settled round's bank); the distillations then wait for the round
         waits = per_rollout and (
             cfg.distill_sees_votes
@@ -290,7 +290,7 @@ class RSE:
             )
         )
         if (
-            distil
+            distill
             and cfg.distill_mode == "batch"
             and not (
                 self.settling.may_settle(r)
@@ -373,12 +373,12 @@ class RSE:
         gold: str | None,
         counters: dict[str, int],
         report: Callable[[], None],
-        distil: bool = True,
+        distill: bool = True,
         split: RoundSplit | None = None,
         first: int = 0,
         observe: bool = False,
     ) -> RolloutOutcome:
-        """One rollout, then (``distil``) its distillation, and (``observe``, or with a
+        """One rollout, then (``distill``) its distillation, and (``observe``, or with a
         distillation) what the checker saw running it: grounded experience is filed even
         where no distillation was bought."""
         cfg = self.config
@@ -415,7 +415,7 @@ class RSE:
             rec.correct = await off_loop(answers_equivalent, rec.answer, gold)
         counters["rollouts"] += 1
         report()
-        if not distil:
+        if not distill:
             rec.distill = "skipped"
             if observe and self.distiller.observes:
                 return await self.distiller.grounded_only(rec, r, report)

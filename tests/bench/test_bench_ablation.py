@@ -87,7 +87,7 @@ def test_variants_are_reported_against_the_defaults_and_each_has_its_bank_effect
     (folder / "rse.jsonl").write_text(rows([True, True, False, False], [False, False], [2]))
     (folder / "rse_votes.jsonl").write_text(rows([True, True, True, False], [True, True], [2]))
     (folder / "sc.jsonl").write_text(rows([True, False, False, False], [True, False], None))
-    got = rse_ablation.summarise_cell("c", cell)
+    got = rse_ablation.summarize_cell("c", cell)
     assert got is not None
     assert got["rse_vs_sc"]["diff"] == pytest.approx(0.25)
     assert got["rse_votes_vs_rse"]["diff"] == pytest.approx(0.25)
@@ -146,3 +146,22 @@ def test_a_record_torn_by_a_killed_writer_is_dropped_and_the_file_mended(tmp_pat
     path.write_text('{"id": "a"}\n{"id": "b", "tok\n{"id": "c"}\n')
     with pytest.raises(ValueError):
         read_jsonl(path)  # damage before the last line is not a torn write: it is reported
+
+
+def test_cells_are_data_each_saying_why_and_a_bad_one_is_named(tmp_path, monkeypatch):
+    """Every bench's cells load from bench/cells/*.toml with their task resolved and a
+    reason; a field no cell has, or a task no one named, fails naming the cell."""
+    from bench import common, frontier, rse_grounded
+
+    for cells in (rse_ablation.CELLS, rse_grounded.CELLS, frontier.CELLS):
+        assert cells and all(c.why and (":" in c.task or c.task == "humaneval")
+                             for c in cells.values())  # fmt: skip
+    assert rse_ablation.CELLS["test-mid-1.5b"].methods == ("rse", "sc")
+    (tmp_path / "tasks.toml").write_text('[tasks]\neasy = "gym:x"\n')
+    monkeypatch.setattr(common, "CELLS_DIR", tmp_path)
+    (tmp_path / "b.toml").write_text('[cells."c-0.5b"]\ntask = "easy"\nbudgte = 1\n')
+    with pytest.raises(ValueError, match=r"cell 'c-0\.5b' of b: .*budgte"):
+        common.load_cells("b", rse_ablation.Cell)
+    (tmp_path / "b.toml").write_text('[cells."c-0.5b"]\ntask = "hard"\n')
+    with pytest.raises(ValueError, match=r"cell 'c-0\.5b' of b: unknown task 'hard'"):
+        common.load_cells("b", rse_ablation.Cell)

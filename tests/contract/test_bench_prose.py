@@ -82,7 +82,7 @@ def test_serve_figures_recompute_from_the_raw_samples():
     """serve.json's request figures are what its committed samples give."""
     committed = json.loads((BENCH / "results" / "serve.json").read_text())
     samples = json.loads(serve.SAMPLES.read_text())
-    again = serve.summarise(samples)
+    again = serve.summarize(samples)
     for key, value in again.items():
         if (isinstance(value, list) and "inf" in value) or value == "inf":
             assert committed[key] == value, key

@@ -282,13 +282,13 @@ async def test_a_refusal_by_the_cap_is_not_a_failed_call(encoder):
         capped = c.with_ledger(c.ledger.__class__()).with_cap(TokenCap(room))
         engine = RSE(capped, encoder, cfg)
         bank = ExperienceBank(encoder.dim)
-        result, _ = await engine.run_round(PROBLEM, 1, bank, GOLD, "", distil=False)
+        result, _ = await engine.run_round(PROBLEM, 1, bank, GOLD, "", distill=False)
         refused = [x for x in result.rollouts if x.error is not None]
         assert refused and all("BudgetExhaustedError" in x.error for x in refused)
         assert result.refused_rollouts == len(refused) and result.failed_rollouts == 0
         with pytest.raises(BudgetExhaustedError):  # once nothing fits: not a RoundFailedError
             for r in range(2, 12):
-                await engine.run_round(PROBLEM, r, bank, GOLD, "", distil=False)
+                await engine.run_round(PROBLEM, r, bank, GOLD, "", distill=False)
         assert not issubclass(BudgetExhaustedError, RoundFailedError)
 
 

@@ -63,7 +63,7 @@ async def test_stream_then_requests_survive_the_server_closing_the_connection(in
 async def test_one_full_rse_round_with_real_distillation(installed):
     cfg = RSEConfig(
         rounds=1, k=2, max_tokens=160, distill_max_tokens=1024, distill_retries=0, seed=3,
-        distill_final_round=True,  # one round: distil it anyway, that is what is tested here
+        distill_final_round=True,  # one round: distill it anyway, that is what is tested here
     )  # fmt: skip
     async with LocalServer(MODEL, parallel=2) as srv, LLMClient(srv.base_url, srv.model_name) as c:
         rse = RSE(c, Encoder(providers=["CPUExecutionProvider"]), cfg)

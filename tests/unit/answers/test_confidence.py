@@ -1,4 +1,4 @@
-"""Confidence and stopping: the model's own token probabilities summarised per rollout, the
+"""Confidence and stopping: the model's own token probabilities summarized per rollout, the
 Beta stop, and self-consistency using them: it stops once its vote is settled and leaves the
 rest of the budget unspent, and a confidence rule can change which answer wins (or, without
 logprobs, falls back to the plain vote and says so)."""

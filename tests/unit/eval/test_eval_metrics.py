@@ -19,7 +19,7 @@ from rse_fast.eval.metrics import (
     paired_difference,
     spearman,
 )
-from rse_fast.eval.report import aggregate, capture_vs_rho, paired_rows
+from rse_fast.eval.summary import aggregate, capture_vs_rho, paired_rows
 
 NAN = float("nan")
 
@@ -185,8 +185,8 @@ def test_methods_pair_only_at_matched_actual_spend():
 
 
 def test_rho_v_is_labelled_by_the_verifier_actually_used():
-    from rse_fast.eval.report import verifier_kind
     from rse_fast.eval.runner import verifier_of
+    from rse_fast.eval.summary import verifier_kind
     from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
 
     bon = make_method("bon", judge=HTTPRewardModel("http://rm:9/score"))
@@ -201,7 +201,7 @@ def test_healthbench_overall_score_as_simple_evals_computes_it():
     """Per-response clipping lifts a response that earned negative points to 0; simple-evals
     averages the raw scores and clips only the mean."""
     from rse_fast.eval.grading import Criterion, points_score
-    from rse_fast.eval.report import simple_evals_score
+    from rse_fast.eval.summary import simple_evals_score
 
     rubric = [Criterion(text="helps", points=5), Criterion(text="harms", points=-10)]
     assert points_score(rubric, [False, True]) == 0.0

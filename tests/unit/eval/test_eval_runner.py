@@ -14,8 +14,8 @@ from rse_fast.cli import main
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.grading import RubricGrader
 from rse_fast.eval.records import Shard, read_records, repair_torn_tail
-from rse_fast.eval.report import load_records, write_report
 from rse_fast.eval.runner import SINGLE, EvalPlan, run_eval
+from rse_fast.eval.summary import load_records, write_report
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods import make_method
 from rse_fast.prompts import GRADER_SYSTEM

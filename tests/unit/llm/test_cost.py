@@ -99,7 +99,7 @@ def eval_record(problem: str, method: str, cached: int, quality: float) -> dict:
 def test_the_eval_pairs_methods_at_matched_spend_in_the_unit_asked():
     """Two methods that spend the same tokens, one of them mostly from the prefix cache: at
     matched tokens they pair; in price (cached input at a tenth) they are not the same spend."""
-    from rse_fast.eval.report import paired_rows
+    from rse_fast.eval.summary import paired_rows
 
     records = [eval_record(p, "a", 0, 1.0) for p in "xyz"]
     records += [eval_record(p, "b", 700, 0.0) for p in "xyz"]

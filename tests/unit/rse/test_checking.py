@@ -84,7 +84,7 @@ async def test_a_refuted_claim_never_reaches_a_prompt_as_a_proposition(encoder, 
 
 
 async def test_the_report_page_shows_each_verdict_and_its_evidence(encoder):
-    from rse_fast.rse.report import render_report
+    from rse_fast.rse.run_page import render_report
 
     async with ScriptedServer(default_reply=distiller_claims) as srv:
         rse = make_rse(srv.base_url, encoder, rounds=2, k=4)

@@ -392,7 +392,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     return path
 
 
-def summarise(records: Records, noisy: bool, cost: CostModel = TOKENS) -> dict[str, Any]:
+def summarize(records: Records, noisy: bool, cost: CostModel = TOKENS) -> dict[str, Any]:
     rows = aggregate(records.rows, noisy)
     return {
         "rows": rows,
@@ -420,7 +420,7 @@ def write_report(
     records = read_records(results_files(places))
     if noisy is None:
         noisy = any(not str(r.get("grader", "exact:")).startswith("exact:") for r in records.rows)
-    summary = summarise(records, noisy, cost)
+    summary = summarize(records, noisy, cost)
     table = markdown_table(summary)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(f"# {title}\n\n{table}\n")

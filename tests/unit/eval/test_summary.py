@@ -103,7 +103,7 @@ def test_report_renders_in_headless_chromium(run, tmp_path):
 
 def test_a_prompt_without_experience_says_why():
     """Round 1, an empty bank, and a bank whose items were all held back read differently."""
-    from rse_fast.rse.report import render_report
+    from rse_fast.rse.run_page import render_report
 
     def rnd(i: int, held: int, block: str = "") -> dict:
         sizes = {"negative": held, "positive": 0}
