@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import random
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -93,8 +94,17 @@ def method_args(cell: Cell) -> dict[str, list[str]]:
     }
 
 
-def run(name: str) -> None:
+def run(name: str, methods: list[str] | None = None) -> None:
+    """Run (or resume) a cell; ``methods``: only these of its methods (the others keep their
+    records and wait)."""
     cell = CELLS[name]
+    if methods:
+        unknown = sorted(set(methods) - set(cell.methods))
+        if unknown:
+            raise SystemExit(
+                f"{name} has no method {', '.join(unknown)}: {', '.join(cell.methods)}"
+            )
+        cell = replace(cell, methods=tuple(m for m in cell.methods if m in methods))
     _, problems = cell_problems(name, cell)
     rows = [{"id": p.id, "prompt": p.prompt, "gold": p.gold} for p in problems]
     run_cell(name, cell, False, work=WORK, problems=rows, method_args=method_args(cell))
@@ -217,10 +227,11 @@ def summarize() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", nargs="+", choices=sorted(CELLS), default=[])
+    parser.add_argument("--methods", nargs="+", help="only these of each cell's methods")
     parser.add_argument("--summarize-only", action="store_true")
     args = parser.parse_args()
     for name in [] if args.summarize_only else args.cell:
-        run(name)
+        run(name, args.methods)
         summarize()
     if args.summarize_only or not args.cell:
         print(json.dumps(summarize()["pooled"], indent=1))

@@ -13,10 +13,11 @@ from typing import Any, Literal
 from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError
-from rse_fast.methods.base import Method, blend
+from rse_fast.methods.base import Method, blend, prompt_cost
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import answers_settled, passing_visible, valid_epsilon, vote_final
 from rse_fast.methods.waves import RunBudget
+from rse_fast.prompts import solve_messages
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.checking import CodeExamplesChecker, ExperienceChecker
 from rse_fast.rse.config import RSEConfig
@@ -181,17 +182,19 @@ class RSEMethod(Method):
         for r in range(1, self.max_rounds + 1):
             shown = 0 if settled else c.count_tokens(block)
             unit = roll + shown
-            # later rounds buy whole rollouts as sc's later waves do: a part one is cut short
-            # by a cap and is a truncated sample in the pool
+            # later rounds buy whole rollouts as sc's later waves do, and under a cap only
+            # as many as it lets run to a typical length: one cut short is a truncated sample
             k_r = min(self.k, spend.units_left(unit, tail=r > 1))
-            whole = spend.whole_reservations(prompt + shown, self.max_tokens)
-            if r > 1 and whole is not None:
-                k_r = min(k_r, whole)
+            asked = prompt_cost(c, solve_messages(problem.prompt, "" if settled else block))
+            if r > 1:
+                k_r = spend.calls_that_fit(k_r, asked, self.max_tokens, unit)
             if k_r == 0:
                 if r > 1:
                     break
                 k_r = 1
-            guided_after = (roll + c.count_tokens(block) + 60) * self.k
+            guided = c.count_tokens(block)
+            guided_asks = prompt_cost(c, solve_messages(problem.prompt, block)) + 60
+            guided_after = spend.room_for(self.k, guided_asks, self.max_tokens, roll + guided + 60)
             experience = dist * (k_r if cfg.distill_mode == "each" else 1)
             distill = (
                 cfg.distill_with_model

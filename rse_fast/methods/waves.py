@@ -60,15 +60,28 @@ class RunBudget:
             return whole
         return whole + buys_part_unit(room - whole, self.budget / unit_cost)
 
-    def whole_reservations(self, prompt_tokens: int, max_tokens: int) -> int | None:
-        """How many calls of this size a cap can reserve whole at once (``None``: no cap).
-        Calls sent together each hold their worst case, so one more than this would be cut
-        short at its start."""
-        cap = self.client.cap
-        if cap is None:
-            return None
-        per_call = self.client.prompt_margin.reserve(prompt_tokens) + max_tokens
-        return max(0, int(min(self.left, cap.room)) // per_call)
+    def room_for(self, n: int, prompt_tokens: int, max_tokens: int, unit_cost: float) -> float:
+        """What ``n`` calls sent at once need of the budget, each typically costing
+        ``unit_cost``. Under a cap each holds its worst case (``prompt_tokens`` with the
+        meter's margin and ``max_tokens``) until it ends, so all but the last need that; the
+        last is cut to the room left, and finishes when that room holds its prompt (with the
+        margin) and a typical completion."""
+        if n <= 0:
+            return 0.0
+        if self.client.cap is None:
+            return n * unit_cost
+        prompt = self.client.prompt_margin.reserve(prompt_tokens)
+        typical = prompt + max(0.0, unit_cost - prompt_tokens)
+        return (n - 1) * (prompt + max_tokens) + typical
+
+    def calls_that_fit(self, most: int, prompt_tokens: int, max_tokens: int, unit: float) -> int:
+        """The most calls, up to ``most``, that can be sent at once with the budget left
+        (``room_for``): under a cap, none is cut short of a typical call."""
+        room = self.left if self.client.cap is None else min(self.left, self.client.cap.room)
+        n = max(0, most)
+        while n > 0 and self.room_for(n, prompt_tokens, max_tokens, unit) > room:
+            n -= 1
+        return n
 
 
 def buys_part_unit(part: float, budget_units: float) -> bool:
