@@ -90,13 +90,19 @@ class BudgetExhaustedError(BudgetError):
 
 
 class BudgetTooSmallError(BudgetError, ValueError):
-    """A budget below the cost of one useful call; ``minimum`` is that cost in tokens."""
+    """A budget below the cost of one useful call; ``minimum`` is that cost (in tokens, or
+    in the budget's unit)."""
 
-    def __init__(self, budget: int, minimum: int, what: str) -> None:
+    def __init__(self, budget: float, minimum: float, what: str, unit: str = "tokens") -> None:
         self.budget, self.minimum = budget, minimum
-        super().__init__(
-            f"a budget of {budget} tokens cannot pay for {what}: the minimum is {minimum}"
-        )
+        amount = f"{budget} tokens" if unit == "tokens" else f"{budget:.6g} {unit}"
+        least = f"{minimum}" if unit == "tokens" else f"{minimum:.6g} {unit}"
+        super().__init__(f"a budget of {amount} cannot pay for {what}: the minimum is {least}")
+
+
+class BudgetUnitError(BudgetError, ValueError):
+    """A budget in a unit this run cannot turn into calls (time, before any call through the
+    client has shown how fast its server is)."""
 
 
 class LLMDeadlineError(LLMTimeoutError):

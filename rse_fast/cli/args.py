@@ -56,6 +56,11 @@ def cost_model(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def price_model(text: str) -> Any:
+    """``input=…,cached=…,output=…`` ($ per million tokens): a price cost model."""
+    return cost_model(f"price:{text}")
+
+
 def margin_or_off(text: str) -> float | None:
     """A vote margin in (0, 1], or "off" (None)."""
     if text.strip().lower() in ("off", "none"):

@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from rse_fast.cli.args import price_model
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible service in front of upstream servers")
@@ -72,6 +74,14 @@ def add_parser(sub: Any) -> None:
         default=8_000,
         help="the budget of a request that names none (default 8,000 tokens)",
     )
+    caps.add_argument(
+        "--price",
+        type=price_model,
+        default=None,
+        metavar="input=…,cached=…,output=…",
+        help="$ per million tokens: requests may then set a budget in dollars "
+        '("budget_unit": "price"), capped at that price',
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             args.max_tokens,
             args.max_budget_tokens,
             default_budget_tokens=min(args.default_budget_tokens, args.max_budget_tokens),
+            price=args.price,
         ),
     )
     check_exposure(config, args.host)  # before any worker starts

@@ -21,8 +21,9 @@ from typing import Any
 import aiohttp
 
 from rse_fast.errors import LLMBadRequestError, LLMError
+from rse_fast.llm.cost import ServerSpeed
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
-from rse_fast.llm.meter import Grant, PromptMargin, TokenCap
+from rse_fast.llm.meter import BudgetCap, Grant, PromptMargin
 from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, parse_usage
 from rse_fast.llm.prompt_count import PromptCounter
 from rse_fast.llm.retry import RetryPolicy
@@ -123,10 +124,12 @@ class LLMClient:
         self.trace = trace
         self.transport = Transport(pool, timeouts, retry, on_failure=self._trace_failure)
         self.ledger = ledger if ledger is not None else Ledger()
-        self.cap: TokenCap | None = None  # a cap-mode budget every call draws on
+        self.cap: BudgetCap | None = None  # a cap-mode budget every call draws on
         #: how capped calls reserve their prompts, learned from every reply to any of them
         #: and shared by every view of this client (so by all its runs)
         self.prompt_margin = PromptMargin()
+        #: the seconds per token its server has taken, over every run (views share it)
+        self.speed = ServerSpeed()
         #: asks the server's tokenizer once, before the first capped call, to seed the margin
         self.prompt_counter = PromptCounter()
         self.count_tokens: TokenCounter = token_counter or approx_token_count
@@ -155,7 +158,7 @@ class LLMClient:
         self,
         *,
         ledger: Ledger | None = None,
-        cap: TokenCap | _Keep | None = KEEP,
+        cap: BudgetCap | _Keep | None = KEEP,
         model: str | None = None,
     ) -> LLMClient:
         """A view of this client (same endpoints, routing state, connections and prompt
@@ -278,7 +281,7 @@ class LLMClient:
         self.ledger.record_usage(role, result.usage, result.latency_s, result.endpoint, n, task)
         return result
 
-    def with_cap(self, cap: TokenCap | None) -> LLMClient:
+    def with_cap(self, cap: BudgetCap | None) -> LLMClient:
         """A view whose calls all draw on ``cap`` (a ``cap``-mode budget): each reserves its
         worst case first, its completion cap cut to the room left, or is refused. Prompts
         are reserved with this client's margin, which earlier runs have widened."""
@@ -319,7 +322,10 @@ class LLMClient:
     def _settle(self, grant: Grant | None, usage: Usage, estimate: int, requests: int) -> None:
         if grant is not None and self.cap is not None:
             per_request = usage.prompt_tokens // max(1, requests)
-            self.cap.settle(grant, per_request, usage.total_tokens, estimate, self.prompt_margin)
+            self.cap.settle(
+                grant, per_request, usage.total_tokens, estimate, self.prompt_margin,
+                requests=max(1, requests), cached_tokens=usage.cached_tokens or 0,
+            )  # fmt: skip
 
     @contextlib.contextmanager
     def metered_outside(

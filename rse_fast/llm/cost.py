@@ -106,6 +106,20 @@ class CostModel:
     def label(self) -> str:
         return {"tokens": "tokens", "price": "$", "time": "s"}[self.unit]
 
+    @property
+    def meterable(self) -> bool:
+        """Whether a call's worst case is known before it is sent (what a cap needs): in
+        tokens and prices yes; in time no, the server's speed is only known afterwards."""
+        return self.unit != "time"
+
+    def token_rates(self) -> tuple[float, float]:
+        """The worst-case cost of one uncached prompt token and of one completion token."""
+        if self.unit == "tokens":
+            return 1.0, 1.0
+        if self.unit == "price":
+            return self.input_per_m / 1e6, self.output_per_m / 1e6
+        raise ValueError("a time cost has no price per token: the server's speed sets it")
+
 
 def spend_summary(ledger: Ledger) -> dict[str, Any]:
     """What a run spent, in the quantities every unit is computed from (a cost in any unit,
@@ -121,3 +135,23 @@ def spend_summary(ledger: Ledger) -> dict[str, Any]:
 
 
 TOKENS = CostModel()
+TIME = CostModel("time")
+
+
+@dataclass
+class ServerSpeed:
+    """The seconds per token a client's server has taken (prefill and decode together, as
+    the time unit counts them), over every run through the client: its views share one, so
+    a budget in seconds can be turned into tokens before a run has measured its own."""
+
+    seconds: float = 0.0
+    tokens: int = 0
+
+    def learn(self, records: Iterable[CallRecord]) -> None:
+        for rec in records:
+            self.seconds += TIME.of_record(rec)
+            self.tokens += rec.total_tokens
+
+    @property
+    def seconds_per_token(self) -> float | None:
+        return self.seconds / self.tokens if self.tokens and self.seconds > 0 else None

@@ -1,4 +1,4 @@
-"""A token cap shared by every call of one method run (every role, prompt + completion).
+"""A budget cap shared by every call of one method run (every role, prompt + completion).
 
 Each call reserves its worst case before it is sent: its prompt (estimated, with a margin
 that learns from the server's own counts) plus ``n`` × its completion cap. When the room left
@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from rse_fast.errors import BudgetExhaustedError
+from rse_fast.llm.cost import TOKENS, CostModel
 
 #: The smallest completion worth a call (a verdict, a short step).
 MIN_COMPLETION = 16
@@ -73,17 +74,41 @@ class PromptMargin:
 
 
 @dataclass
-class TokenCap:
-    budget: int
+class BudgetCap:
+    """A cap of ``budget`` in ``cost``'s unit (tokens, or a price: uncached input and output
+    tokens priced apart, so a long prompt and a long completion weigh what they are billed).
+    Reservations price prompts as uncached (the worst case); a finished call settles at what
+    it cost, cached input at its own price. Time cannot be capped: nothing knows a call's
+    seconds before the server reports them."""
+
+    budget: float
     #: how prompts are reserved; the client's shared margin when the cap is one of its views
     margin: PromptMargin = field(default_factory=PromptMargin)
-    settled: int = 0
-    reserved: int = 0
+    cost: CostModel = TOKENS
+    settled: float = 0
+    reserved: float = 0
     refused: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.cost.meterable:
+            raise ValueError(
+                f"a {self.cost.unit} budget cannot be a cap: a call's {self.cost.unit} is only "
+                "known once the server reports it; use budget_mode='target'"
+            )
+        self._in, self._out = self.cost.token_rates()
+
     @property
-    def room(self) -> int:
+    def room(self) -> float:
         return self.budget - self.settled - self.reserved
+
+    def _priced(self, grant: Grant) -> float:
+        return grant.prompts * grant.prompt * self._in + grant.n * grant.completion * self._out
+
+    def _left(self) -> str:
+        left = max(0.0, self.room)
+        if self.cost.unit == "tokens":
+            return f"{int(left)} tokens"
+        return f"{left:.6g} {self.cost.label}"
 
     def reserve(
         self,
@@ -98,15 +123,16 @@ class TokenCap:
         ``n`` completions, each cut to the room left; refused when not even a minimal one
         fits. ``margin``: how the calling client reserves prompts (default: the cap's)."""
         prompt = (margin or self.margin).reserve(prompt_estimate)
-        per_choice = min(max_completion, (self.room - prompts * prompt) // max(1, n))
+        free = self.room - prompts * prompt * self._in
+        per_choice = min(max_completion, math.floor(free / max(1, n) / self._out + 1e-9))
         if per_choice < min(MIN_COMPLETION, max_completion):
             self.refused += 1
             raise BudgetExhaustedError(
-                f"the budget's {max(0, self.room)} tokens left cannot hold a call of "
+                f"the budget's {self._left()} left cannot hold a call of "
                 f"~{prompts * prompt} prompt tokens and a completion"
             )
         grant = Grant(prompt, per_choice, n, prompts)
-        self.reserved += grant.total
+        self.reserved += self._priced(grant)
         return grant
 
     def add_requests(self, grant: Grant, requests: int) -> int:
@@ -114,12 +140,13 @@ class TokenCap:
         that ignored ``n``): reserve their prompts. Where the room does not hold them all,
         the choices that do not fit are dropped (their completions freed); returns how many
         of the requests may be sent."""
-        room = self.room + requests * grant.completion  # dropping a request frees its choice
-        fits = max(0, min(requests, room // max(1, grant.prompt + grant.completion)))
-        before = grant.total
+        one = grant.prompt * self._in + grant.completion * self._out
+        room = self.room + requests * grant.completion * self._out  # a dropped request frees
+        fits = max(0, min(requests, math.floor(room / max(one, 1e-12) + 1e-9)))
+        before = self._priced(grant)
         grant.prompts += fits
         grant.n -= requests - fits
-        self.reserved += grant.total - before
+        self.reserved += self._priced(grant) - before
         if fits < requests:
             self.refused += 1
         return fits
@@ -131,14 +158,19 @@ class TokenCap:
         total_tokens: int,
         estimate: int,
         margin: PromptMargin | None = None,
+        *,
+        requests: int = 1,
+        cached_tokens: int = 0,
     ) -> None:
         """Book a finished call at the server's counts (and learn how it counts prompts;
-        ``prompt_tokens`` is per request)."""
-        self.reserved -= grant.total
-        self.settled += total_tokens
+        ``prompt_tokens`` is per request, ``cached_tokens`` over all of them)."""
+        self.reserved -= self._priced(grant)
+        prompt = prompt_tokens * requests
+        self.settled += self.cost.of_call(prompt, max(0, total_tokens - prompt), cached_tokens)
         (margin or self.margin).learn(estimate, prompt_tokens)
 
     def release(self, grant: Grant, spent: int = 0) -> None:
-        """A call that failed: its reservation freed, whatever it did spend booked."""
-        self.reserved -= grant.total
-        self.settled += spent
+        """A call that failed: its reservation freed, whatever it did spend booked (at the
+        dearer of the two token prices: which tokens they were is not known)."""
+        self.reserved -= self._priced(grant)
+        self.settled += spent * max(self._in, self._out)

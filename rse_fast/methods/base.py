@@ -12,14 +12,15 @@ import abc
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from rse_fast.errors import BudgetTooSmallError
+from rse_fast.errors import BudgetTooSmallError, BudgetUnitError
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.cost import CostModel
 from rse_fast.llm.ledger import Ledger, count_prompt_tokens
-from rse_fast.llm.meter import TokenCap
+from rse_fast.llm.meter import BudgetCap
 from rse_fast.llm.types import Message
 from rse_fast.methods.priors import PriorStore
 from rse_fast.methods.types import Candidate, MethodResult, Problem
-from rse_fast.methods.waves import RunBudget
+from rse_fast.methods.waves import RunBudget, UnitBudget
 from rse_fast.util.options import keyword_names, reject_unknown
 
 
@@ -51,6 +52,11 @@ class Method(abc.ABC):
             never ends above it: every call reserves its worst case on one meter shared by all
             the run's calls, its completion cap cut to the room left or the call refused, and
             the answer comes from what finished (the service's default).
+        budget_unit: what ``budget`` counts: ``tokens`` (every prompt and completion token
+            alike, the default), a price (``CostModel.parse("price:input=..,output=..")`` or
+            that text: dollars, cached input at its own price) or ``time`` (the server's own
+            seconds; target mode only, and once a call through the client has shown its
+            speed). The result's ``meta["cost"]`` says what was spent in that unit.
 
     An option no family in the class's MRO takes raises ``UnknownOptionError`` (a
     ``ValueError``) naming it and the valid ones.
@@ -67,12 +73,20 @@ class Method(abc.ABC):
         temperature: float = 0.7,
         seed: int = 0,
         budget_mode: BudgetMode = "target",
+        budget_unit: CostModel | str = "tokens",
         **unknown: Any,
     ) -> None:
         reject_unknown(f"method {self.name!r}", unknown, keyword_names(type(self)))
         if budget_mode not in ("cap", "target"):
             raise ValueError(f"budget_mode must be 'cap' or 'target', got {budget_mode!r}")
+        unit = CostModel.parse(budget_unit) if isinstance(budget_unit, str) else budget_unit
+        if budget_mode == "cap" and not unit.meterable:
+            raise ValueError(
+                f"a {unit.unit} budget cannot be a cap (a call's {unit.unit} is known only "
+                "once the server reports it): use budget_mode='target'"
+            )
         self.budget_mode: BudgetMode = budget_mode
+        self.budget_unit = unit
         self.parallel, self.max_tokens, self.temperature, self.seed = (
             parallel,
             max_tokens,
@@ -112,7 +126,7 @@ class Method(abc.ABC):
             if name in self.PRIOR_FIELDS and getattr(self, name) is None:
                 setattr(self, name, value)
 
-    async def metered(self, client: LLMClient, budget: int, problem: Problem) -> RunBudget:
+    async def metered(self, client: LLMClient, budget: float, problem: Problem) -> RunBudget:
         """The run's own view of ``client``: a fresh ledger and, in ``cap`` mode, the meter
         every call draws on. A budget below one useful call is refused here, naming the
         minimum, before any completion is asked for (in ``cap`` mode a fresh client first
@@ -121,12 +135,42 @@ class Method(abc.ABC):
         if self.budget_mode == "cap":
             await client.calibrate_prompt_margin(problem.messages())
         view = client.with_ledger(Ledger())
+        unit = self.budget_unit
         minimum = self.minimum_budget(view, problem)
-        if budget < minimum:
+        in_unit = None
+        if unit.unit != "tokens":
+            in_unit = UnitBudget(unit, budget, self.token_rate(view, problem))
+            minimum_in_unit = minimum * in_unit.rate
+            if budget < minimum_in_unit:
+                raise BudgetTooSmallError(
+                    budget, minimum_in_unit, f"one useful call of method {self.name!r}", unit.label
+                )
+            tokens = int(budget / in_unit.rate)
+        elif budget < minimum:
             raise BudgetTooSmallError(budget, minimum, f"one useful call of method {self.name!r}")
+        else:
+            tokens = int(budget)
         if self.budget_mode == "cap":
-            view = view.with_cap(TokenCap(budget))
-        return RunBudget(view, budget)
+            view = view.with_cap(BudgetCap(budget, cost=unit))
+        return RunBudget(view, tokens, in_unit=in_unit)
+
+    def token_rate(self, client: LLMClient, problem: Problem) -> float:
+        """What one token of a typical call of this run costs in ``budget_unit`` before the
+        run has measured it: a price from a call of this problem's prompt and a completion
+        of half ``max_tokens`` (or what earlier runs measured), priced uncached; seconds from
+        the server's speed over the client's earlier runs."""
+        unit = self.budget_unit
+        if unit.unit == "time":
+            rate = client.speed.seconds_per_token
+            if rate is None:
+                raise BudgetUnitError(
+                    "a time budget needs the server's speed, and no call through this client "
+                    "has shown it yet: run one with a token budget first, or budget in tokens"
+                )
+            return rate
+        prompt = prompt_cost(client, problem.messages())
+        completion = self.completion_prior or self.max_tokens / 2
+        return unit.of_call(prompt, int(completion)) / (prompt + int(completion))
 
     def minimum_budget(self, client: LLMClient, problem: Problem) -> int:
         """The cost of one useful call: its prompt (with the meter's margin) and a completion
@@ -180,11 +224,23 @@ class Method(abc.ABC):
         """Whether a bank of experience reached a prompt (None: the family keeps none)."""
         return None
 
-    async def run(self, problem: Problem, budget: int, client: LLMClient) -> MethodResult:
-        """Spend about ``budget`` tokens (every call, every role) on ``problem``: the run's
-        budget is metered once (:meth:`metered`), and the family spends it (:meth:`_run`)."""
+    async def run(self, problem: Problem, budget: float, client: LLMClient) -> MethodResult:
+        """Spend about ``budget`` (tokens, or ``budget_unit``; every call, every role) on
+        ``problem``: the run's budget is metered once (:meth:`metered`), and the family
+        spends it (:meth:`_run`). What the server's speed was is kept on the client."""
         self.check_problem(problem)
-        return await self._run(problem, await self.metered(client, budget, problem))
+        run_budget = await self.metered(client, budget, problem)
+        result = await self._run(problem, run_budget)
+        client.speed.learn(run_budget.ledger.records)
+        if run_budget.in_unit is not None:
+            spent = run_budget.spent_in_unit
+            result.meta["cost"] = {
+                "unit": self.budget_unit.label,
+                "budget": budget,
+                "spent": spent,
+                **({"unspent": max(0.0, budget - spent)} if self.budget_mode == "cap" else {}),
+            }
+        return result
 
     def check_problem(self, problem: Problem) -> None:
         """Refuse (``ValueError``) a problem this family cannot answer, before anything is

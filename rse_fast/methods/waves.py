@@ -10,25 +10,74 @@ from typing import Any, TypeVar
 
 from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.cost import CostModel
 from rse_fast.llm.ledger import Ledger
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class UnitBudget:
+    """A budget given in a cost unit other than tokens (``CostModel``: a price, or server
+    seconds), and what a token costs in it before the run has measured its own (``rate``)."""
+
+    cost: CostModel
+    amount: float
+    rate: float
 
 
 class RunBudget:
     """One run's budget: the client view every call of the run goes through (its own ledger;
     in ``cap`` mode the cap on it refuses a call that does not fit, and settles into that
     ledger) and the count every plan of the run reads (what that ledger booked). ``reserve``
-    (re-read at every use) holds back what a later exploitation call is expected to cost."""
+    (re-read at every use) holds back what a later exploitation call is expected to cost.
+
+    Plans count tokens. A budget in another unit (``in_unit``) is seen by them as the tokens
+    it still buys: what the run has spent, plus what is left in the unit at the cost per
+    token the run has measured so far (before its first call, the prior ``rate``)."""
 
     def __init__(
-        self, client: LLMClient, budget: int, reserve: Callable[[], float] | None = None
+        self,
+        client: LLMClient,
+        budget: int,
+        reserve: Callable[[], float] | None = None,
+        in_unit: UnitBudget | None = None,
     ) -> None:
-        self.client, self.budget, self.reserve = client, budget, reserve
+        self.client, self.tokens, self.reserve, self.in_unit = client, budget, reserve, in_unit
 
     def holding(self, reserve: Callable[[], float] | None) -> RunBudget:
         """The same budget and meter, with ``reserve`` held back from what plans see."""
-        return RunBudget(self.client, self.budget, reserve)
+        return RunBudget(self.client, self.tokens, reserve, self.in_unit)
+
+    @property
+    def budget(self) -> int:
+        """The budget in tokens (for a budget in another unit, what it buys as measured)."""
+        if self.in_unit is None:
+            return self.tokens
+        left = max(0.0, self.in_unit.amount - self.spent_in_unit)
+        return int(self.spent + left / self.rate)
+
+    @property
+    def rate(self) -> float:
+        """What a token costs in the budget's unit: as measured by the run once it has spent
+        any, before that the prior (1 for a budget in tokens)."""
+        if self.in_unit is None:
+            return 1.0
+        spent, cost = self.spent, self.spent_in_unit
+        return cost / spent if spent and cost > 0 else self.in_unit.rate
+
+    @property
+    def cap_room(self) -> float | None:
+        """The room the cap has left, in tokens at :attr:`rate` (``None``: no cap)."""
+        cap = self.client.cap
+        return None if cap is None else cap.room / self.rate
+
+    @property
+    def spent_in_unit(self) -> float:
+        """What the run has spent, in its budget's unit."""
+        if self.in_unit is None:
+            return float(self.spent)
+        return self.in_unit.cost.of_ledger(self.ledger)
 
     @property
     def ledger(self) -> Ledger:
@@ -77,7 +126,8 @@ class RunBudget:
     def calls_that_fit(self, most: int, prompt_tokens: int, max_tokens: int, unit: float) -> int:
         """The most calls, up to ``most``, that can be sent at once with the budget left
         (``room_for``): under a cap, none is cut short of a typical call."""
-        room = self.left if self.client.cap is None else min(self.left, self.client.cap.room)
+        cap_room = self.cap_room
+        room = self.left if cap_room is None else min(self.left, cap_room)
         n = max(0, most)
         while n > 0 and self.room_for(n, prompt_tokens, max_tokens, unit) > room:
             n -= 1

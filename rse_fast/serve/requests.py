@@ -20,6 +20,7 @@ from typing import Any
 
 from rse_fast.errors import BudgetTooSmallError, RequestError
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.cost import TOKENS, CostModel
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import METHODS, PriorStore, Problem, make_method
 
@@ -48,6 +49,8 @@ class Caps:
     max_budget_tokens: int = 1_000_000
     #: the budget of a request that names none: modest, so a bare request cannot spend much
     default_budget_tokens: int = 8_000
+    #: the operator's prices (``--price``): with them a request may budget in dollars
+    price: CostModel | None = None
 
 
 @dataclass(kw_only=True)
@@ -59,7 +62,9 @@ class MethodRequest:
     rounds: int = 3
     k: int = 4
     tau: float = 0.85
-    budget: int = 8000
+    budget: float = 8000
+    #: what ``budget`` counts: tokens, or the operator's price (``"budget_unit": "price"``)
+    budget_unit: CostModel = TOKENS
     max_tokens: int = 1024
     temperature: float = 0.6
     seed: int = 0
@@ -160,6 +165,7 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         raise RequestError(
             f"'confidence' must be true or false, got {confidence!r}", param="confidence"
         )
+    unit, budget = _budget(body, caps)
     default_tokens = min(1024, caps.max_tokens)  # a default never trips the cap
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_tokens))
     return MethodRequest(
@@ -170,15 +176,8 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         rounds=_number(body, "rounds", int, 3, 1, caps.max_rounds, "--max-rounds"),
         k=_number(body, "k", int, 4, 1, caps.max_k, "--max-k"),
         tau=_number(body, "tau", float, 0.85, -0.999, 1.0),
-        budget=_number(
-            body,
-            "budget",
-            int,
-            min(caps.default_budget_tokens, caps.max_budget_tokens),
-            1,
-            caps.max_budget_tokens,
-            "--max-budget-tokens",
-        ),
+        budget=budget,
+        budget_unit=unit,
         max_tokens=_number(
             {"max_tokens": max_tokens}, "max_tokens", int, 1024, 1, caps.max_tokens, "--max-tokens"
         ),
@@ -196,6 +195,34 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
     )
 
 
+def _budget(body: dict[str, Any], caps: Caps) -> tuple[CostModel, float]:
+    """The request's budget and its unit: tokens (default), or dollars at the operator's
+    price, at most what buys ``--max-budget-tokens`` of the dearer kind of token."""
+    unit = body.get("budget_unit", "tokens")
+    if unit == "tokens":
+        budget = _number(
+            body, "budget", int, min(caps.default_budget_tokens, caps.max_budget_tokens), 1,
+            caps.max_budget_tokens, "--max-budget-tokens",
+        )  # fmt: skip
+        return TOKENS, budget
+    if unit != "price":
+        raise RequestError(
+            f"'budget_unit' is 'tokens' or 'price', got {unit!r} (a budget in time cannot be "
+            "capped, and the service's budget is a cap)",
+            param="budget_unit",
+        )
+    if caps.price is None:
+        raise RequestError(
+            "'budget_unit' 'price' needs the service's prices, and none are set (the operator "
+            "starts it with --price input=…,output=…)",
+            param="budget_unit",
+        )
+    if "budget" not in body:
+        raise RequestError("a budget in price names its amount: 'budget' in $", param="budget")
+    most = caps.max_budget_tokens * max(caps.price.token_rates())
+    return caps.price, _number(body, "budget", float, None, 1e-9, most, "--max-budget-tokens")
+
+
 def usage_of(ledger: Ledger) -> dict[str, int]:
     prompt = sum(r.prompt_tokens for r in ledger.records)
     completion = sum(r.completion_tokens for r in ledger.records)
@@ -203,6 +230,17 @@ def usage_of(ledger: Ledger) -> dict[str, int]:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+    }
+
+
+def unspent_of(spec: MethodRequest, res: Any) -> dict[str, Any]:
+    """What a stop left of the budget, in its unit (and, in price, what was spent)."""
+    if spec.budget_unit.unit == "tokens":
+        return {"budget_unspent": max(0, int(spec.budget) - res.tokens)}
+    cost = res.meta["cost"]
+    return {
+        "budget_unspent": cost["unspent"],
+        "cost": {"unit": cost["unit"], "spent": cost["spent"]},
     }
 
 
@@ -222,6 +260,7 @@ async def run_method(
         temperature=spec.temperature,
         seed=spec.seed,
         budget_mode="cap",  # the service's promise: usage never above the budget
+        budget_unit=spec.budget_unit,
     )
     family = METHODS[spec.method]
     options.update(family.request_options(asdict(spec), encoder=encoder, progress=progress))
@@ -265,7 +304,7 @@ async def run_method(
             }
         ],
         # usage is what the ledger booked; a stop leaves the rest of the budget unspent
-        "usage": {**usage_of(res.ledger), "budget_unspent": max(0, spec.budget - res.tokens)},
+        "usage": {**usage_of(res.ledger), **unspent_of(spec, res)},
     }
     if spec.details:
         completion["rse_fast"] = details

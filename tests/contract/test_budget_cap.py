@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError, BudgetTooSmallError
 from rse_fast.llm import LLMClient
-from rse_fast.llm.meter import MAX_LEARNED_SLACK, PromptMargin, TokenCap
+from rse_fast.llm.meter import MAX_LEARNED_SLACK, BudgetCap, PromptMargin
 from rse_fast.methods import Problem, VisibleResult, make_method
 from rse_fast.testing import ScriptedServer
 
@@ -97,7 +97,7 @@ async def test_target_mode_lands_near_the_budget_on_average(name, encoder):
 
 
 def test_the_meter_cuts_the_last_call_to_the_room_left_and_refuses_below_it():
-    cap = TokenCap(250)
+    cap = BudgetCap(250)
     first = cap.reserve(50, 100)  # 50 prompt tokens reserved as 65 (margin), 100 completion
     assert (first.prompt, first.completion) == (65, 100)
     second = cap.reserve(20, 100)  # 85 left, 31 of them for the prompt: completion cut to 54
@@ -221,7 +221,7 @@ async def test_a_reward_model_reserves_what_it_books():
     async with serving(app) as base, LLMClient("http://127.0.0.1:9/v1", "m") as client:
         reward = HTTPRewardModel(base + "/score", timeout_s=5)
         try:
-            capped = client.with_cap(TokenCap(1000))
+            capped = client.with_cap(BudgetCap(1000))
             scores = [await reward.score(capped, PROBLEM, response) for _ in range(12)]
         finally:
             await reward.close()
@@ -249,7 +249,7 @@ async def test_a_server_that_ignores_n_is_paid_one_prompt_per_request():
     server = ScriptedServer(default_reply=" ".join(["more"] * 400), ignore_n=True)
     async with server as srv, LLMClient(srv.base_url, "m") as c:
         for budget in (900, 2500, 6000):
-            capped = c.with_cap(TokenCap(budget))
+            capped = c.with_cap(BudgetCap(budget))
             result = await capped.chat(long, n=4, max_tokens=300)
             assert 1 <= len(result.choices) <= 4
             assert capped.ledger.total_tokens <= budget, (budget, capped.ledger.total_tokens)
@@ -257,12 +257,12 @@ async def test_a_server_that_ignores_n_is_paid_one_prompt_per_request():
 
 
 def test_the_meter_reserves_the_prompts_of_added_requests_and_drops_what_does_not_fit():
-    cap = TokenCap(400, margin=PromptMargin(ratio=1.0, slack=0))
+    cap = BudgetCap(400, margin=PromptMargin(ratio=1.0, slack=0))
     grant = cap.reserve(50, 40, n=4)  # 50 + 4 x 40 = 210
     assert grant.total == 210 and cap.room == 190
     sent = cap.add_requests(grant, 3)  # each needs 50 more: 150 of the 190 left
     assert sent == 3 and grant.total == 360 and cap.room == 40
-    tight = TokenCap(300, margin=PromptMargin(ratio=1.0, slack=0))
+    tight = BudgetCap(300, margin=PromptMargin(ratio=1.0, slack=0))
     grant = tight.reserve(50, 40, n=4)  # 210 reserved, 90 left
     sent = tight.add_requests(grant, 3)  # room for 1 more prompt + dropping 2 choices frees 80
     assert sent == 2 and grant.n == 3 and grant.total <= 300 and tight.room >= 0
@@ -279,7 +279,7 @@ async def test_a_refusal_by_the_cap_is_not_a_failed_call(encoder):
     async with ScriptedServer(default_reply=varied) as srv, LLMClient(srv.base_url, "m") as c:
         one = await c.chat([{"role": "user", "content": PROBLEM}], max_tokens=MAX_TOKENS)
         room = int(2.5 * (one.usage.prompt_tokens + MAX_TOKENS))  # two rollouts, not four
-        capped = c.with_ledger(c.ledger.__class__()).with_cap(TokenCap(room))
+        capped = c.with_ledger(c.ledger.__class__()).with_cap(BudgetCap(room))
         engine = RSE(capped, encoder, cfg)
         bank = ExperienceBank(encoder.dim)
         result, _ = await engine.run_round(PROBLEM, 1, bank, GOLD, "", distill=False)

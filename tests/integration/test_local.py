@@ -13,7 +13,7 @@ from rse_fast.encoder import Encoder
 from rse_fast.errors import ModelNotFoundError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import count_prompt_tokens
-from rse_fast.llm.meter import PromptMargin, TokenCap
+from rse_fast.llm.meter import BudgetCap, PromptMargin
 from rse_fast.llm.prompt_count import server_prompt_tokens
 from rse_fast.local.models import resolve_gguf
 from rse_fast.local.server import LocalServer, LocalServerError, setup
@@ -96,7 +96,7 @@ async def test_a_fresh_clients_first_capped_call_holds_what_the_template_adds(in
         estimate = count_prompt_tokens(msg, c.count_tokens)
         assert counted is not None and PromptMargin().reserve(estimate) < counted
         budget = counted + 48
-        res = await c.with_cap(TokenCap(budget)).chat(msg, max_tokens=400, temperature=0.0)
+        res = await c.with_cap(BudgetCap(budget)).chat(msg, max_tokens=400, temperature=0.0)
     assert res.usage.prompt_tokens == counted  # what the probe counted is what was billed
     assert res.choices[0].finish_reason == "length", res.text  # the cap bound the call
     assert res.usage.total_tokens <= budget, (res.usage, budget)

@@ -15,7 +15,7 @@ from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetTooSmallError
 from rse_fast.llm import LLMClient, prompt_count
 from rse_fast.llm.ledger import count_prompt_tokens
-from rse_fast.llm.meter import PromptMargin, TokenCap
+from rse_fast.llm.meter import BudgetCap, PromptMargin
 from rse_fast.llm.prompt_count import server_prompt_tokens
 from rse_fast.methods import Problem, make_method
 from rse_fast.testing import ScriptedServer
@@ -61,14 +61,14 @@ async def test_a_fresh_clients_first_wave_stays_within_a_budget_the_template_wou
     budget = concurrent * (billed + completion) - 40  # the cap binds, not max_tokens
     server = ScriptedServer(default_reply=LONG_REPLY, template_tokens=TEMPLATE, tokenizer_api=api)
     async with server as srv, LLMClient(srv.base_url, "m") as c:
-        view = c.with_cap(TokenCap(budget))
+        view = c.with_cap(BudgetCap(budget))
         calls = [view.chat(MSG, max_tokens=completion, seed=i) for i in range(concurrent)]
         results = await asyncio.gather(*calls)
         spent = sum(r.usage.total_tokens for r in results)
         assert all(r.choices[0].finish_reason == "length" for r in results)
         assert spent <= budget, (spent, budget)
         assert spent >= 0.9 * budget  # and the room was still used
-        await c.with_cap(TokenCap(10_000)).chat(MSG, max_tokens=8)  # a later run: no probe
+        await c.with_cap(BudgetCap(10_000)).chat(MSG, max_tokens=8)  # a later run: no probe
     assert probes(srv) == (["/tokenize", "/apply-template", "/tokenize"] if api == "llama.cpp"
                            else ["/tokenize"])  # fmt: skip
 
@@ -101,10 +101,10 @@ async def test_a_fresh_clients_first_run_ends_within_its_budget(name):
 
 async def test_a_server_without_a_tokenizer_is_asked_once_and_calls_go_ahead():
     async with ScriptedServer(template_tokens=TEMPLATE) as srv, LLMClient(srv.base_url, "m") as c:
-        view = c.with_cap(TokenCap(50_000))
+        view = c.with_cap(BudgetCap(50_000))
         results = await asyncio.gather(*(view.chat(MSG, max_tokens=16) for _ in range(4)))
         await view.chat(MSG, max_tokens=16)
-        await c.with_cap(TokenCap(50_000)).chat(MSG, max_tokens=16)
+        await c.with_cap(BudgetCap(50_000)).chat(MSG, max_tokens=16)
     assert all(r.text for r in results)
     assert probes(srv) == ["/tokenize", "/apply-template"]  # one probe, both dialects tried
     assert len(srv.requests) == 6
@@ -124,7 +124,7 @@ async def test_a_stalled_tokenizer_holds_the_first_call_no_longer_than_the_probe
     monkeypatch.setattr(prompt_count, "PROBE_TIMEOUT_S", 0.3)
     server = ScriptedServer(tokenizer_api="llama.cpp", tokenizer_delay_s=30)
     async with server as srv, LLMClient(srv.base_url, "m") as c:
-        view = c.with_cap(TokenCap(5_000))
+        view = c.with_cap(BudgetCap(5_000))
         t0 = time.perf_counter()
         events = [e async for e in view.stream(MSG, max_tokens=16)]
         waited = time.perf_counter() - t0
@@ -136,7 +136,7 @@ async def test_the_probe_carries_the_key_and_the_tools():
     tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
     server = ScriptedServer(api_key="k", tokenizer_api="vllm")
     async with server as srv, LLMClient(srv.base_url, "m", api_key="k") as c:
-        await c.with_cap(TokenCap(5_000)).chat(MSG, max_tokens=16, tools=tools)
+        await c.with_cap(BudgetCap(5_000)).chat(MSG, max_tokens=16, tools=tools)
     ((path, body),) = srv.tokenizer_requests
     assert path == "/tokenize"
     assert body["tools"] == tools and body["messages"] == MSG and body["model"] == "m"
