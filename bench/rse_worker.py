@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import read_jsonl
+from rse_fast.eval.records import append_record
 
 
 def _imports() -> tuple[Any, Any, Any, Any]:
@@ -96,8 +97,7 @@ async def run(args: argparse.Namespace) -> None:
                 "pool_origins": [c.origin for c in res.pool],
             }
             with open(out, "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
-                fh.flush()
+                append_record(fh, rec)  # the evaluation's writer: flushed and synced
 
 
 def main() -> None:
