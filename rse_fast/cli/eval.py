@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"table: {report['table_path']}")
     if report["plot"]:
         print(f"plot: {report['plot']}")
+    print(f"page: {report['page']} ({len(report['figures'])} figures beside it)")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Aggregate results files (one run or many shards) into the study's metrics: a table
 (markdown + JSON) with 95% bootstrap intervals, paired differences between methods at each
-budget, the h-vs-ρ_v regression, and a quality-vs-tokens plot with the exploration (oracle)
-and exploitation (final) curves of each method."""
+budget, the h-vs-ρ_v regression, the study's findings beside them (``findings``), and the
+figures and a page (``figures``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from rse_fast.eval.figures import report_page, write_figures
+from rse_fast.eval.findings import findings, findings_table
 from rse_fast.eval.metrics import (
     bootstrap_mean_ci,
     capture,
@@ -361,37 +363,6 @@ def markdown_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + ("\n\n" + "\n\n".join(notes) if notes else "")
 
 
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
-    """Quality vs tokens: solid = final output (exploitation), dashed = oracle (exploration)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    methods = sorted({r["method"] for r in rows})
-    colours = plt.get_cmap("tab10")
-    for i, m in enumerate(methods):
-        rs = sorted((r for r in rows if r["method"] == m), key=lambda r: r["tokens"] or 0)
-        xs = [r["tokens"] for r in rs]
-        ax.plot(xs, [r["final"] for r in rs], "-o", color=colours(i), label=f"{m} final")
-        ax.plot(
-            xs, [r["oracle"] for r in rs], "--", color=colours(i), alpha=0.6, label=f"{m} oracle"
-        )
-    ax.set_xscale("log")
-    ax.set_xlabel("tokens per problem (prompt + completion, all roles)")
-    ax.set_ylabel("quality")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
 def summarize(records: Records, noisy: bool, cost: CostModel = TOKENS) -> dict[str, Any]:
     rows = aggregate(records.rows, noisy)
     return {
@@ -421,14 +392,19 @@ def write_report(
     if noisy is None:
         noisy = any(not str(r.get("grader", "exact:")).startswith("exact:") for r in records.rows)
     summary = summarize(records, noisy, cost)
+    summary["findings"] = findings(summary)
     table = markdown_table(summary)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(f"# {title}\n\n{table}\n")
+    found = findings_table(summary["findings"])
+    (out / "table.md").write_text(f"# {title}\n\n{table}\n\n## Beside the study\n\n{found}\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    png = plot(summary["rows"], out / "quality_vs_tokens.png", title)
+    figures = write_figures(summary, out, title)
+    (out / "report.html").write_text(report_page(title, table, found, figures))
     return {
         **summary,
         "table": table,
         "table_path": str(out / "table.md"),
-        "plot": str(png) if png else None,
+        "plot": figures.get("quality_vs_tokens"),
+        "figures": figures,
+        "page": str(out / "report.html"),
     }
