@@ -66,17 +66,28 @@ def quality_figure(rows: Rows, path: Path, title: str) -> Path | None:
 
 
 def per_budget_figure(
-    rows: Rows, path: Path, title: str, value: Callable[[dict[str, Any]], float | None], ylabel: str
+    rows: Rows,
+    path: Path,
+    title: str,
+    value: Callable[[dict[str, Any]], float | None],
+    ylabel: str,
+    interval: str | None = None,
 ) -> Path | None:
-    """One line per family: ``value`` of its row at each budget (rows without it skipped)."""
+    """One line per family: ``value`` of its row at each budget (rows without it skipped),
+    with the row's ``interval`` field as error bars where it has one."""
     plt = _pyplot()
     if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for m, rs in _by_family(rows, "budget").items():
-        points = [(r["budget"], v) for r in rs if (v := value(r)) is not None and v == v]
-        if points:
-            ax.plot(*zip(*points, strict=True), "-o", label=m)
+        kept = [(r, v) for r in rs if (v := value(r)) is not None and v == v]
+        if not kept:
+            continue
+        xs, ys = [r["budget"] for r, _ in kept], [v for _, v in kept]
+        bounds = [(r.get(interval) if interval else None) or [v, v] for r, v in kept]
+        yerr = [[v - lo for v, (lo, _) in zip(ys, bounds, strict=True)],
+                [hi - v for v, (_, hi) in zip(ys, bounds, strict=True)]]  # fmt: skip
+        ax.errorbar(xs, ys, yerr=yerr, fmt="-o", capsize=3, label=m)
     ax.set_xscale("log")
     return _save(plt, fig, ax, path, title, "budget", ylabel)
 
@@ -106,8 +117,8 @@ def write_figures(summary: dict[str, Any], out: Path, title: str) -> dict[str, s
     made = {
         "quality_vs_tokens": quality_figure(rows, out / "quality_vs_tokens.png", title),
         "capture": per_budget_figure(
-            rows, out / "capture.png", f"{title}: headroom capture", lambda r: r.get("capture"),
-            "h = (Q − μ) / (Q* − μ)",
+            rows, out / "capture.png", f"{title}: headroom capture (95% intervals)",
+            lambda r: r.get("capture"), "h = (Q − μ) / (Q* − μ)", "capture_ci95",
         ),
         "net_exploitation": per_budget_figure(
             rows, out / "net_exploitation.png", f"{title}: net exploitation",

@@ -87,6 +87,32 @@ def capture(
     return (final - single) / gap
 
 
+def capture_ci(
+    finals: Sequence[float],
+    singles: Sequence[float],
+    oracles: Sequence[float],
+    *,
+    resamples: int = 2_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of h, resampling problems (each keeps its Q, μ and Q*
+    together); NaN when under half the resamples leave headroom enough to define h."""
+    rows = [(f, s, o) for f, s, o in zip(finals, singles, oracles, strict=True)
+            if f == f and s == s and o == o]  # fmt: skip
+    if not rows:
+        return (math.nan, math.nan)
+    x = np.asarray(rows, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    hs = np.array([capture(f, s, o) for f, s, o in means])
+    hs = hs[np.isfinite(hs)]
+    if hs.size < resamples / 2:
+        return (math.nan, math.nan)
+    lo, hi = np.quantile(hs, [(1 - level) / 2, (1 + level) / 2])
+    return (float(lo), float(hi))
+
+
 def capture_reason(single: float, oracle_q: float, min_headroom: float = MIN_HEADROOM) -> str:
     """Why capture is NaN, or "" when it is a number."""
     gap = oracle_q - single

@@ -18,6 +18,7 @@ from rse_fast.eval.findings import findings, findings_table
 from rse_fast.eval.metrics import (
     bootstrap_mean_ci,
     capture,
+    capture_ci,
     capture_reason,
     finite,
     linear_fit,
@@ -87,7 +88,11 @@ def pool_oracle(r: dict[str, Any], noisy: bool) -> float:
 
 
 def _interval(values: Sequence[float]) -> list[float] | None:
-    lo, hi = bootstrap_mean_ci(values)
+    return _bounds(bootstrap_mean_ci(values))
+
+
+def _bounds(interval: tuple[float, float]) -> list[float] | None:
+    lo, hi = interval
     return None if lo != lo else [lo, hi]
 
 
@@ -137,6 +142,7 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "headroom": q_star - mu if both else None,  # type: ignore[operator]
                 "net_exploitation": q - q_star if both else None,  # type: ignore[operator]
                 "capture": _nan_none(capture(q, mu, q_star)) if both else None,  # type: ignore[arg-type]
+                "capture_ci95": _bounds(capture_ci(finals, singles, oracles)) if both else None,
                 "capture_note": capture_reason(mu, q_star) if both else "no single samples",  # type: ignore[arg-type]
                 "rho_v": sum(rhos) / len(rhos) if rhos else None,
                 "rho_v_pools": len(rhos),
@@ -230,7 +236,7 @@ def _pair(
         "b": b,
         "problems": len(problems),
         "diff": diff,
-        "ci95": None if ci[0] != ci[0] else list(ci),
+        "ci95": _bounds(ci),
     }
 
 

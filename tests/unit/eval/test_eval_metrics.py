@@ -212,3 +212,15 @@ def test_healthbench_overall_score_as_simple_evals_computes_it():
     ]
     assert simple_evals_score(recs) == 0.0  # mean -0.5, clipped; per-response would say 0.5
     assert simple_evals_score([{"grader": "exact:math", "final_quality_unclipped": 1.0}]) is None
+
+
+def test_capture_interval_resamples_problems_and_is_undefined_without_headroom():
+    from rse_fast.eval.metrics import capture, capture_ci
+
+    assert capture_ci([0.6] * 5, [0.4] * 5, [0.8] * 5) == pytest.approx((0.5, 0.5))
+    finals, singles, oracles = [1, 0, 1, 1, 0, 1], [0, 0, 1, 0, 0, 1], [1, 1, 1, 1, 0, 1]
+    lo, hi = capture_ci(finals, singles, oracles)
+    point = capture(sum(finals) / 6, sum(singles) / 6, sum(oracles) / 6)
+    assert lo < point < hi and hi <= 1.0
+    flat = capture_ci([0.5] * 4, [0.5] * 4, [0.52] * 4)
+    assert flat[0] != flat[0]  # headroom 0.02: h means nothing, nor does its interval
