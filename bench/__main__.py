@@ -19,6 +19,7 @@ BENCHES = {
     "frontier": "accuracy against cost: confidence and stopping rules (real llama-server)",
     "rse_ablation": "RSE at equal tokens: dev and test cells (real llama-server)",
     "rse_grounded": "checked experience on code (real llama-server)",
+    "repeatability": "the same seeded request alone and among others (real llama-server)",
     "eval_local": "the study's table on the local models (real llama-server)",
     "demo": "the README's main job, timed",
     "device": "the encoder on CUDA and the kernel at N=1e6 (a GPU machine)",

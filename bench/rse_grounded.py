@@ -145,6 +145,8 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     score = {m: [float(ds.grade(p, f[p.id])) for p in chosen] for m, f in finals.items()}
     tokens = {m: [float(recs[m][p.id]["tokens"]) for p in chosen] for m in cell.methods}
     tokens.setdefault("sc+filter", tokens.get("sc", []))
+    walls = {m: [float(recs[m][p.id]["wall_s"]) for p in chosen] for m in cell.methods}
+    walls.setdefault("sc+filter", walls.get("sc", []))
     samples = [t for p in chosen for t in recs[cell.methods[0]][p.id]["pool_texts"]]
     out: dict[str, Any] = {
         "cell": name, "split": cell.split, "why": cell.why, "model": cell.model, "task": cell.task,
@@ -154,7 +156,9 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         "machine": meta["machine"],
         "methods": {
             m: {"pass_rate": sum(s) / len(s), "ci95": list(bootstrap_mean_ci(s)),
-                "cost_tokens": sum(tokens[m]) / len(tokens[m])}
+                "cost_tokens": sum(tokens[m]) / len(tokens[m]),
+                # a problem's wall time on this machine (sc+filter: sc's, whose pool it reads)
+                "wall_s": sum(walls[m]) / len(walls[m])}
             for m, s in score.items()
         },
         "single_sample_hidden_pass": sum(ds.grade(p, t) for p in chosen
