@@ -124,7 +124,11 @@ class BudgetCap:
         fits. ``margin``: how the calling client reserves prompts (default: the cap's)."""
         prompt = (margin or self.margin).reserve(prompt_estimate)
         free = self.room - prompts * prompt * self._in
-        per_choice = min(max_completion, math.floor(free / max(1, n) / self._out + 1e-9))
+        per_choice = max_completion  # free output: only the prompt limits the call
+        if self._out > 0:
+            per_choice = min(max_completion, math.floor(free / max(1, n) / self._out + 1e-9))
+        elif free < 0:
+            per_choice = 0
         if per_choice < min(MIN_COMPLETION, max_completion):
             self.refused += 1
             raise BudgetExhaustedError(

@@ -132,3 +132,13 @@ async def test_the_service_takes_a_budget_in_dollars_at_the_operators_price():
         assert status == 400 and err["error"]["param"] == "budget_unit", err
     assert "--price" in unpriced[1]["error"]["message"]
     assert "cannot be capped" in in_time[1]["error"]["message"]
+
+
+def test_a_price_without_an_output_price_caps_by_the_prompts_alone():
+    from rse_fast.errors import BudgetExhaustedError
+    from rse_fast.llm.meter import BudgetCap
+
+    cap = BudgetCap(0.001, cost=CostModel.parse("price:input=1,output=0"))
+    assert cap.reserve(500, 4096).completion == 4096  # $0.0005 of prompt; output is free
+    with pytest.raises(BudgetExhaustedError, match=r"\$ left"):
+        cap.reserve(600, 4096)  # $0.0006 more does not fit the $0.0005 left
