@@ -59,7 +59,8 @@ def make_method(name: str, **options: Any) -> Method:
             ``last`` (the answer from guided rounds, or the last round, only), ``pasted``
             (distillation as a fresh prompt pasting the rollout), ``grounded`` (no model
             distillation: with ``checker="visible"``, the bank holds what running the code
-            showed).
+            showed), ``conf-distill`` (only the more confident half of a round is distilled,
+            by the model's own token probabilities).
         options: the family's keyword options (``parallel``, ``max_tokens``, ``temperature``,
             ``seed`` for all; ``judge`` for bon/beam/particle; ``k``, ``encoder`` for rse, …).
 

@@ -15,7 +15,14 @@ from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError
 from rse_fast.methods.base import Method, blend, prompt_cost
 from rse_fast.methods.types import Candidate, MethodResult, Problem
-from rse_fast.methods.voting import answers_settled, passing_visible, valid_epsilon, vote_final
+from rse_fast.methods.voting import (
+    ConfidenceRule,
+    answers_settled,
+    confident_vote,
+    passing_visible,
+    valid_epsilon,
+    vote_final,
+)
 from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import solve_messages
 from rse_fast.rse.bank import ExperienceBank
@@ -42,6 +49,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "pasted": {"distill_continues": False},  # the distillation prompt before 2026-12-03
     # experience from running the code alone (with checker="visible"): no model distillation
     "grounded": {"distill_with_model": False},
+    # distill only the more confident half of a round (its rollouts ask for logprobs)
+    "conf-distill": {"confidence_top_logprobs": 5, "distill_confident_share": 0.5},
 }
 
 
@@ -77,6 +86,10 @@ class RSEMethod(Method):
         stop_epsilon: stop after a round once the answers of every round so far are
             statistically settled (Beta criterion at ``1 - stop_epsilon``, as ``sc``'s stop);
             in ``cap`` mode the rest of the budget is the result's ``unspent``.
+        confidence: a :class:`ConfidenceRule` (or ``True`` for the default one): rollouts
+            ask for their logprobs and the final vote filters and weights by the model's
+            confidence, as ``sc``'s does (the variant ``conf-distill`` also distills only a
+            round's more confident half).
     """
 
     name = "rse"
@@ -93,15 +106,24 @@ class RSEMethod(Method):
         progress: Callable[[Progress], None] | None = None,
         checker: ExperienceChecker | Literal["visible"] | None = None,
         stop_epsilon: float | None = None,
+        confidence: ConfidenceRule | bool | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        self.confidence = ConfidenceRule() if confidence is True else confidence or None
         self.stop_epsilon = valid_epsilon(stop_epsilon)
         self.encoder, self.k, self.max_rounds, self.progress = encoder, k, max_rounds, progress
         self.checker = checker
         if variant is not None and variant not in VARIANTS:
             raise ValueError(f"unknown RSE variant {variant!r}; choose from {', '.join(VARIANTS)}")
-        self.overrides = {**(config or {}), **(VARIANTS[variant] if variant else {})}
+        asks: dict[str, Any] = {}
+        if (rule := self.confidence) is not None:
+            asks = {
+                "confidence_top_logprobs": rule.top_logprobs,
+                "confidence_measure": rule.measure,
+                "confidence_window": rule.window,
+            }
+        self.overrides = {**asks, **(config or {}), **(VARIANTS[variant] if variant else {})}
         self.rollout_prior: float | None = None  # completion tokens of a rollout, earlier runs
         self.distill_prior: float | None = None  # tokens of one distillation, earlier runs
         if variant:
@@ -110,7 +132,9 @@ class RSEMethod(Method):
 
     reports_progress = True
     needs_encoder = True
-    request_fields = frozenset({"k", "rounds", "tau", "settle_margin", "stop_epsilon"})
+    request_fields = frozenset(
+        {"k", "rounds", "tau", "settle_margin", "stop_epsilon", "confidence"}
+    )
 
     @classmethod
     def request_options(
@@ -127,6 +151,7 @@ class RSEMethod(Method):
             },
             "progress": (lambda p: progress(asdict(p))) if progress else None,
             "stop_epsilon": request["stop_epsilon"],
+            "confidence": request["confidence"],
         }
 
     def reply_details(self, result: MethodResult) -> dict[str, Any]:
@@ -236,11 +261,23 @@ class RSEMethod(Method):
             for x in rr.rollouts
             if x.error is None
         ]
+        confidences = [
+            x.confidence
+            for rr in select_rounds(rounds, cfg.select_from)
+            for x in rr.rollouts
+            if x.error is None
+        ]
+        for cand, conf in zip(pool, confidences, strict=True):
+            if conf is not None:
+                cand.scores["confidence"] = conf
         voters, checked = pool, None
         if self.checker == "visible" and problem.visible_check is not None:
             # the same pick as sc's and best-of-N's execution filter: among those that pass
             voters, checked = await passing_visible(pool, problem.visible_check)
-        final, votes = await off_loop(vote_final, voters)
+        if self.confidence is not None:
+            final, votes = await off_loop(confident_vote, voters, self.confidence)
+        else:
+            final, votes = await off_loop(vote_final, voters)
         if checked is not None:
             votes["execution_filter"] = checked
         meta = {

@@ -39,6 +39,12 @@ class RSEConfig:
         distill_final_round: distill the last round too. Off by default: nothing reads the
             last round's bank unless it is saved (``--bank-out``) or carried to another
             problem, and the reference never distills its last round.
+        confidence_top_logprobs, confidence_measure, confidence_window: rollouts ask for
+            their top-k logprobs and each carries its confidence (DeepConf's measures, in
+            ``rse_fast.answers.confidence``; None: no logprobs asked for).
+        distill_confident_share: distill only the most confident share of a round's
+            rollouts (the round's distillations then wait for all of them); the rest are
+            still run by a checker. None: every rollout; a server without logprobs: every one.
         distill_sees_votes: show the distiller how the round's answers split (its own
             samples, never a gold answer); the round's distillations then start once all its
             rollouts are in.
@@ -150,10 +156,19 @@ class RSEConfig:
     refuted_as_pitfall: bool = True
     distill_with_model: bool = True
     select_from: Literal["all", "guided", "last"] = "all"
+    confidence_top_logprobs: int | None = None
+    confidence_measure: str = "lowest_window"
+    confidence_window: int = 32
+    distill_confident_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        share = self.distill_confident_share
+        if share is not None and not 0 < share <= 1:
+            raise ValueError(f"distill_confident_share must be in (0, 1], got {share}")
+        if share is not None and self.confidence_top_logprobs is None:
+            raise ValueError("distill_confident_share needs confidence_top_logprobs")
         ks = [self.k] if isinstance(self.k, int) else list(self.k)
         if not ks or any(int(k) < 1 for k in ks):
             raise ValueError(f"k must be >= 1 (or a list of per-round values >= 1), got {self.k}")

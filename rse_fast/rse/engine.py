@@ -19,6 +19,7 @@ import numpy as np
 
 from rse_fast import kernels
 from rse_fast.answers import answers_equivalent, extract_answer, majority_vote, off_loop
+from rse_fast.answers.confidence import rollout_confidence, token_confidences
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError, LLMError, RoundFailedError
 from rse_fast.llm.client import LLMClient
@@ -264,6 +265,7 @@ class RSE:
         # (nothing reads a settled round's bank); the distillations then wait for the round
         waits = per_rollout and (
             cfg.distill_sees_votes
+            or cfg.distill_confident_share is not None
             or self.settling.may_settle(r)
             or self.settling.stop_rule is not None
         )
@@ -394,6 +396,7 @@ class RSE:
                 top_k=cfg.top_k,
                 max_tokens=cfg.max_tokens,
                 seed=seed,
+                **confidence_request(cfg),
             )
         except (LLMError, BudgetExhaustedError) as exc:
             rec.error = f"{type(exc).__name__}: {exc}"
@@ -410,6 +413,7 @@ class RSE:
             choice.finish_reason,
         )
         rec.truncated = choice.finish_reason == "length"
+        rec.confidence = rollout_confidence_of(cfg, choice.logprobs)
         rec.answer = extract_answer(res.text)
         if gold is not None:
             rec.correct = await off_loop(answers_equivalent, rec.answer, gold)
@@ -423,11 +427,18 @@ class RSE:
             return RolloutOutcome(rec, [], None, now, now)
         votes = None
         if split is not None:
-            split.add(rec.answer)
+            split.add(rec.answer, rec.confidence)
             answers = await split.all_in()
             if await self.settling.round_needs_no_bank(r, split):
                 now = time.perf_counter()
                 rec.distill = "skipped"  # settled or stopping: no later round reads its bank
+                return RolloutOutcome(rec, [], None, now, now)
+            share = cfg.distill_confident_share
+            if share is not None and not await split.among_most_confident(rec.confidence, share):
+                rec.distill = "skipped"  # an unsure rollout: what a checker sees still counts
+                if self.distiller.observes:
+                    return await self.distiller.grounded_only(rec, r, report)
+                now = time.perf_counter()
                 return RolloutOutcome(rec, [], None, now, now)
             if cfg.distill_sees_votes:
                 votes = answer_split(answers, rec.answer)
@@ -457,6 +468,22 @@ class RSE:
         rec.embedded_early = sum(1 for c in cands if c.text in early)
         report()
         return RolloutOutcome(rec, cands, vectors, returned, time.perf_counter())
+
+
+def confidence_request(cfg: RSEConfig) -> dict[str, Any]:
+    """The logprobs a rollout asks for when confidence is on (nothing otherwise)."""
+    if cfg.confidence_top_logprobs is None:
+        return {}
+    return {"logprobs": True, "top_logprobs": cfg.confidence_top_logprobs}
+
+
+def rollout_confidence_of(cfg: RSEConfig, logprobs: Any) -> float | None:
+    """A rollout's confidence by ``cfg``'s measure; None without logprobs."""
+    if cfg.confidence_top_logprobs is None:
+        return None
+    window = cfg.confidence_window
+    summary = rollout_confidence(token_confidences(logprobs), window, window)
+    return summary.measure(cfg.confidence_measure) if summary else None
 
 
 def select_rounds(rounds: list[RoundResult], select_from: str) -> list[RoundResult]:

@@ -41,6 +41,8 @@ class RolloutRecord:
     correct: bool | None = None
     finish_reason: str | None = None
     truncated: bool = False
+    #: the model's own confidence in it (``confidence_measure``), when logprobs were asked
+    confidence: float | None = None
     error: str | None = None
     distill: Literal["ok", "unparseable", "failed", "skipped"] = "skipped"
     distill_tries: int = 0

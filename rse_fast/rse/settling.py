@@ -64,13 +64,25 @@ class RoundSplit:
     def __init__(self, k: int) -> None:
         self.k = k
         self.answers: list[str | None] = []
+        self.confidences: list[float | None] = []
         self._done = asyncio.Event()
         self._settled: dict[str, asyncio.Future[bool]] = {}
 
-    def add(self, answer: str | None) -> None:
+    def add(self, answer: str | None, confidence: float | None = None) -> None:
         self.answers.append(answer)
+        self.confidences.append(confidence)
         if len(self.answers) >= self.k:
             self._done.set()
+
+    async def among_most_confident(self, confidence: float | None, share: float) -> bool:
+        """Whether ``confidence`` is among the round's most confident ``share`` (once all
+        are in; a rollout, or a round, without confidence counts as confident)."""
+        await self._done.wait()
+        known = sorted((c for c in self.confidences if c is not None), reverse=True)
+        if confidence is None or not known:
+            return True
+        keep = max(1, round(share * len(known)))
+        return confidence >= known[keep - 1]
 
     async def all_in(self) -> list[str | None]:
         await self._done.wait()

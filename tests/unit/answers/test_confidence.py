@@ -183,3 +183,46 @@ async def test_online_rule_stops_unsure_samples_mid_stream_and_books_them():
     assert res.final.answer == "4"
     streamed = [b for b in srv.requests if b.get("stream")]
     assert streamed and all(b.get("logprobs") is True for b in streamed)
+
+
+def rse_split_replies(body: dict, index: int) -> Reply | str:
+    """split_replies for rollouts; a distillation names the answer of the rollout it read."""
+    import json
+
+    from rse_fast.prompts import is_distillation
+
+    if is_distillation(body["messages"]):
+        read = json.dumps(body["messages"])
+        said = "5" if "boxed{5}" in read else "4"
+        return json.dumps({"positive": [f"the sum is {said}"], "negative": []})
+    return split_replies(body, index)
+
+
+async def test_rse_votes_by_confidence_as_sc_does_and_can_distill_only_the_sure():
+    """With a confidence rule RSE's rollouts ask for logprobs and its final vote keeps and
+    weights the sure ones, as sc's; a confident share distills only a round's surest
+    rollouts (here a quarter: the two sure ones of eight, whose answer is 5)."""
+    from rse_fast.encoder import Encoder
+    from rse_fast.prompts import is_distillation
+
+    encoder = Encoder(providers=["CPUExecutionProvider"])
+    rule = ConfidenceRule(keep=0.25, weighted=False, window=4)
+
+    def rse(**options):
+        return make_method("rse", parallel=8, max_tokens=32, k=8, max_rounds=2,
+                           encoder=encoder, **options)  # fmt: skip
+
+    unsettled = {"settle_margin": None}
+    picky = {**unsettled, "confidence_top_logprobs": 5, "distill_confident_share": 0.25}
+    server = ScriptedServer(default_reply=rse_split_replies)
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        plain = await rse(config=unsettled).run(PROBLEM, 4000, c)
+        sure = await rse(confidence=rule, config=unsettled).run(PROBLEM, 4000, c)
+        srv.requests.clear()
+        await rse(config=picky).run(PROBLEM, 6000, c)
+    assert plain.final.answer == "4" and sure.final.answer == "5"
+    assert "kept" in sure.meta["confidence"]
+    distilled = [b for b in srv.requests if is_distillation(b["messages"])]
+    rollouts = [b for b in srv.requests if not is_distillation(b["messages"])]
+    assert rollouts and all(b.get("top_logprobs") == 5 for b in rollouts)
+    assert distilled and all("boxed{5}" in str(b["messages"]) for b in distilled)

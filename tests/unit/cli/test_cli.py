@@ -69,8 +69,8 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
         assert {"round", "k", "experience_block", "answer", "votes", "accuracy", "tokens",
                 "bank_sizes", "rollouts", "decisions"} <= set(data["rounds"][0])  # fmt: skip
         assert {"index", "text", "reasoning", "answer", "correct", "finish_reason", "truncated",
-                "error", "distill", "distill_tries", "echoes", "embedded_early", "positive",
-                "negative"} == set(
+                "confidence", "error", "distill", "distill_tries", "echoes", "embedded_early",
+                "positive", "negative"} == set(
             data["rounds"][0]["rollouts"][0]
         )  # fmt: skip
 
