@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import load_cells, write_result
-from bench.rse_ablation import Cell, CellRecords, guided_vs_sc_samples, run_cell, slug
+from bench.rse_ablation import Cell, CellRecords, guided_vs_sc_samples, run_cell
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 from rse_fast.methods.types import Candidate
@@ -170,11 +170,16 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             v for p in chosen for v in visible_passes(p, recs[cell.methods[0]][p.id]["pool_texts"])
         ]
         out["single_sample_visible_pass"] = sum(vis) / max(1, len(vis))
-    pairs = [("rse+check", "sc+filter"), ("rse+check", "rse"), ("rse", "sc"), ("rse+arith", "rse")]
-    for a, b in pairs:
+    pairs = {  # the issue's names for the comparisons a cell reports
+        "rse_checked_vs_sc_filtered": ("rse+check", "sc+filter"),
+        "rse_checked_vs_rse": ("rse+check", "rse"),
+        "rse_vs_sc": ("rse", "sc"),
+        "rse_recomputed_vs_rse": ("rse+arith", "rse"),
+    }
+    for key, (a, b) in pairs.items():
         if a in score and b in score:
             diff, ci = paired_difference(score[a], score[b])
-            out[f"{slug(a)}_vs_{slug(b)}"] = {"diff": diff, "ci95": list(ci)}
+            out[key] = {"diff": diff, "ci95": list(ci)}
     checked = "rse+check" if "rse+check" in recs else "rse+arith" if "rse+arith" in recs else None
     if checked is not None:
         base = "sc" if cell.task == HE else "rse"
@@ -226,6 +231,46 @@ def summarize() -> dict[str, Any]:
     summary["pooled"] = pooled(summary["cells"])
     write_result("rse_grounded", summary)
     return summary
+
+
+def table(summary: dict[str, Any]) -> str:
+    """bench/README's table: each cell's methods (hidden-test pass rate, its interval, mean
+    tokens a problem), then what the cell says of checked experience. (Wall times stay in
+    the JSON: records from runs beside other work are not a speed.)"""
+    lines = [
+        "| cell (problems) | method | pass rate [95% CI] | tokens |",
+        "|---|---|---|---|",
+    ]
+    notes = []
+    for c in summary["cells"]:
+        name = f"{c['cell']} ({c['problems']}" + (
+            f" of {c['planned_problems']})" if c["partial"] else ")"
+        )
+        for m, v in c["methods"].items():
+            lo, hi = v["ci95"]
+            lines.append(
+                f"| {name} | {m} | {v['pass_rate']:.0%} [{lo:.0%}, {hi:.0%}] | "
+                f"{v['cost_tokens']:,.0f} |"
+            )
+        pair = c.get("rse_checked_vs_sc_filtered")
+        guided = c.get("guided_vs_baseline_sample") or {}
+        if pair and pair["diff"] is not None:
+            lo, hi = pair["ci95"]
+            notes.append(f"- {c['cell']}: rse+check − sc+filter {pair['diff']:+.1%} "
+                         f"[{lo:+.1%}, {hi:+.1%}]")  # fmt: skip
+        if guided.get("diff") is not None:
+            lo, hi = guided["ci95"]
+            notes.append(
+                f"- {c['cell']}: guided samples − sc's at the same positions "
+                f"({guided['measure']}) {guided['diff']:+.1%} [{lo:+.1%}, {hi:+.1%}], "
+                f"{guided['problems']} problems; refuted share "
+                f"{fmt_share((c.get('checks') or {}).get('refuted_share'))}"
+            )
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def fmt_share(x: float | None) -> str:
+    return "–" if x is None else f"{x:.0%}"
 
 
 def main() -> None:

@@ -49,3 +49,19 @@ def test_verdicts_are_summed_over_problems_with_the_refuted_share() -> None:
     got = rse_grounded.verdicts(rows)
     assert got == {"verified": 3, "refuted": 1, "unknown": 4, "refuted_share": 1 / 8}
     assert rse_grounded.verdicts([{}])["refuted_share"] is None
+
+
+def test_the_readme_table_marks_a_running_cell_and_names_what_rse_is_compared_with() -> None:
+    method = {"pass_rate": 0.5, "ci95": [0.25, 0.75], "cost_tokens": 7000.0, "wall_s": 120.0}
+    cell = {
+        "cell": "test-he-0.5b", "problems": 12, "planned_problems": 60, "partial": True,
+        "methods": {"sc+filter": method, "rse+check": {**method, "pass_rate": 0.6}},
+        "rse_checked_vs_sc_filtered": {"diff": 0.1, "ci95": [-0.05, 0.25]},
+        "guided_vs_baseline_sample": {"diff": -0.02, "ci95": [-0.1, 0.06], "problems": 9,
+                                      "measure": "stated examples passed"},
+        "checks": {"verified": 10, "refuted_share": 0.0},
+    }  # fmt: skip
+    text = rse_grounded.table({"cells": [cell]})
+    assert "| test-he-0.5b (12 of 60) | rse+check | 60% [25%, 75%] | 7,000 |" in text
+    assert "rse+check − sc+filter +10.0% [-5.0%, +25.0%]" in text
+    assert "9 problems; refuted share 0%" in text
