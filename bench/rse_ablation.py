@@ -69,6 +69,9 @@ class Cell:
     max_tokens: int = 384
     max_rounds: int = 8
     why: str = ""  # what the cell is for, and the rule it ran under
+    #: options every method of the cell runs with (e.g. ``{"confidence": true}``: then sc is
+    #: sc with the confidence rule, the baseline with the same signal)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 CELLS = load_cells("rse_ablation", Cell)
@@ -523,7 +526,9 @@ def main() -> None:
         run_cell("scripted", small, scripted=True)
         return
     for name in [] if args.summarize_only else args.cell:
-        run_cell(name, CELLS[name], scripted=False)
+        cell = CELLS[name]
+        shared = ["--options", json.dumps(cell.options)] if cell.options else []
+        run_cell(name, cell, scripted=False, method_args={m: shared for m in cell.methods})
         summarize()
     if args.summarize_only or not args.cell:
         summarize()
