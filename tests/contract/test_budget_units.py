@@ -11,9 +11,11 @@ from conftest import running_service
 from test_budget_cap import method, varied
 
 from rse_fast.encoder import Encoder
-from rse_fast.errors import BudgetTooSmallError, BudgetUnitError
+from rse_fast.errors import BudgetExhaustedError, BudgetTooSmallError, BudgetUnitError
 from rse_fast.llm import LLMClient
 from rse_fast.llm.cost import TIME, CostModel
+from rse_fast.llm.ledger import Ledger
+from rse_fast.llm.meter import BudgetCap
 from rse_fast.methods import Problem, make_method
 from rse_fast.testing import ScriptedServer
 
@@ -135,10 +137,22 @@ async def test_the_service_takes_a_budget_in_dollars_at_the_operators_price():
 
 
 def test_a_price_without_an_output_price_caps_by_the_prompts_alone():
-    from rse_fast.errors import BudgetExhaustedError
-    from rse_fast.llm.meter import BudgetCap
 
     cap = BudgetCap(0.001, cost=CostModel.parse("price:input=1,output=0"))
     assert cap.reserve(500, 4096).completion == 4096  # $0.0005 of prompt; output is free
     with pytest.raises(BudgetExhaustedError, match=r"\$ left"):
         cap.reserve(600, 4096)  # $0.0006 more does not fit the $0.0005 left
+
+
+async def test_a_server_that_ignores_n_stays_within_a_price_cap():
+    """Asked once per choice, each request pays its prompt at the input price: the priced
+    meter reserves those prompts as the token meter does, dropping what does not fit."""
+    long = [{"role": "user", "content": " ".join(["word"] * 150)}]
+    server = ScriptedServer(default_reply=" ".join(["more"] * 400), ignore_n=True)
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        for budget in (0.0015, 0.004, 0.02):
+            capped = c.with_ledger(Ledger()).with_cap(BudgetCap(budget, cost=PRICE))
+            result = await capped.chat(long, n=4, max_tokens=300)
+            paid = PRICE.of_ledger(capped.ledger)
+            assert 1 <= len(result.choices) <= 4 and paid <= budget + 1e-12, (budget, paid)
+        assert len(result.choices) == 4  # the largest budget holds all four requests
