@@ -151,6 +151,19 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("embed_text", "decision_agreement", "–", "dedup on statements vs rendered lines"),
     ("embed_text", "statement_token_ratio", "–", "tokens embedded, statements ÷ lines"),
     ("rse_ablation", "pooled.problems", "≥ 130", "test-cell problems paired, all cells"),
+    ("rse_grounded", "pooled.problems", "≥ 100", "HumanEval test problems paired (60 + 40)"),
+    (
+        "rse_grounded",
+        "pooled.rse_checked_vs_sc_filtered.diff",
+        "≥ 0",
+        "RSE + checker − sc + execution filter, hidden tests, equal cost",
+    ),
+    (
+        "rse_grounded",
+        "pooled.rse_checked_vs_sc_filtered.ci95",
+        "lower ≥ −0.03",
+        "its paired bootstrap interval",
+    ),
     ("rse_ablation", "pooled.rse_vs_sc.diff", "≥ 0", "RSE − SC, equal tokens, pooled test cells"),
     ("rse_ablation", "pooled.rse_vs_sc.ci95", "lower ≥ −0.03", "its paired bootstrap interval"),
     (
