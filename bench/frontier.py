@@ -385,13 +385,14 @@ def summarize() -> None:
 
 def table(cells: list[dict[str, Any]]) -> str:
     lines = [
-        "| cell | method | " + " | ".join(f"k={k}: acc (tokens)" for k in BUDGETS) + " |",
+        "| cell | method | " + " | ".join(f"k={k}: acc (tokens, server s)" for k in BUDGETS) + " |",
         "|---|---|" + "---|" * len(BUDGETS),
     ]
     for c in cells:
         for m, by_k in c["methods"].items():
             row = " | ".join(
-                f"{by_k[str(k)]['accuracy']:.0%} ({by_k[str(k)]['cost_tokens']:,.0f})"
+                f"{by_k[str(k)]['accuracy']:.0%} ({by_k[str(k)]['cost_tokens']:,.0f}, "
+                f"{by_k[str(k)]['cost_time']:.0f})"
                 for k in BUDGETS
             )
             lines.append(f"| {c['cell']} ({c['problems']}) | {m} | {row} |")

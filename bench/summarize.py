@@ -274,7 +274,7 @@ def render_prose(text: str) -> str:
 
 def blocks() -> dict[str, tuple[str, Callable[[], str]]]:
     """Generated blocks of bench/README.md: name → (heading, text from the JSON)."""
-    from bench import dedup, peers, rse_ablation, rse_grounded
+    from bench import dedup, frontier, peers, rse_ablation, rse_grounded
 
     out: dict[str, tuple[str, Callable[[], str]]] = {"summary": ("## Summary", table)}
     if read_result("dedup"):
@@ -285,6 +285,11 @@ def blocks() -> dict[str, tuple[str, Callable[[], str]]]:
         out["rse_ablation"] = (
             "## RSE at equal tokens: dev and test cells",
             lambda: rse_ablation.table(read_result("rse_ablation")),
+        )
+    if read_result("frontier"):
+        out["frontier"] = (
+            "## Accuracy per cost: stopping, confidence",
+            lambda: frontier.table(read_result("frontier")["cells"]),
         )
     if read_result("rse_grounded"):
         out["rse_grounded"] = (
