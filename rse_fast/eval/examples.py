@@ -90,12 +90,18 @@ def visible_examples(stub: str, entry_point: str) -> list[Example]:
 
 def visible_tests(examples: list[Example], entry_point: str) -> str:
     """A ``check(candidate)`` that runs each example and stops at the first that fails,
-    saying what came back (the sandbox's harness runs it: only data crosses)."""
+    saying which call it was and what came back or what it raised (the sandbox's harness runs
+    it: only data crosses)."""
     body = [f"def check(candidate):\n    {entry_point} = candidate"]
     for ex in examples:
         said, wanted = f"{ex.call} returned ", f", expected {ex.expected}"
+        raised = f"{ex.call} raised "
         body.append(
-            f"    _got = {ex.call}\n"
+            f"    try:\n"
+            f"        _got = {ex.call}\n"
+            f"    except Exception as _error:\n"
+            f"        _why = type(_error).__name__ + ': ' + str(_error)\n"
+            f"        raise AssertionError({raised!r} + _why + {wanted!r}) from None\n"
             f"    assert _got == {ex.expected}, {said!r} + repr(_got) + {wanted!r}"
         )
     return "\n".join(body) + "\n"

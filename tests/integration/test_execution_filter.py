@@ -74,6 +74,10 @@ def test_humaneval_problems_check_their_own_examples_not_their_tests():
     right, wrong = RIGHT, WRONG
     assert p.visible_check(right).passed and not p.visible_check(wrong).passed
     assert "returned True, expected False" in p.visible_check(wrong).detail
+    raising = WRONG.replace("return True", "return numbers[99]")
+    said = p.visible_check(raising).detail  # the call that raised, what, and what was wanted
+    assert "has_close_elements([1.0, 2.0, 3.0], 0.5) raised IndexError" in said, said
+    assert "expected False" in said
     bare = next(x for x in ds.problems if not x.meta.get("visible_tests"))
     assert bare.visible_check(right) is None
 
