@@ -78,18 +78,25 @@ def per_budget_figure(
     plt = _pyplot()
     if plt is None:
         return None
+    series = {
+        m: kept
+        for m, rs in _by_family(rows, "budget").items()
+        if (kept := [(r, v) for r in rs if (v := value(r)) is not None and v == v])
+    }
+    if not series:
+        return None  # nothing measured (e.g. no encoder, no diversity): no empty figure
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for m, rs in _by_family(rows, "budget").items():
-        kept = [(r, v) for r in rs if (v := value(r)) is not None and v == v]
-        if not kept:
-            continue
+    for m, kept in series.items():
         xs, ys = [r["budget"] for r, _ in kept], [v for _, v in kept]
         bounds = [(r.get(interval) if interval else None) or [v, v] for r, v in kept]
         yerr = [[v - lo for v, (lo, _) in zip(ys, bounds, strict=True)],
                 [hi - v for v, (_, hi) in zip(ys, bounds, strict=True)]]  # fmt: skip
         ax.errorbar(xs, ys, yerr=yerr, fmt="-o", capsize=3, label=m)
     ax.set_xscale("log")
-    return _save(plt, fig, ax, path, title, "budget", ylabel)
+    budgets = sorted({r["budget"] for r in rows})
+    ax.set_xticks(budgets, [f"{b:,}" for b in budgets])
+    ax.minorticks_off()
+    return _save(plt, fig, ax, path, title, "budget (tokens)", ylabel)
 
 
 def capture_vs_rho_figure(rows: Rows, fits: dict[str, Any], path: Path, title: str) -> Path | None:
@@ -97,12 +104,17 @@ def capture_vs_rho_figure(rows: Rows, fits: dict[str, Any], path: Path, title: s
     plt = _pyplot()
     if plt is None:
         return None
+
+    def measured(rs: Rows) -> list[tuple[float, float]]:
+        return [(r["rho_v"], r["capture"]) for r in rs
+                if r.get("rho_v") is not None and r.get("capture") is not None]  # fmt: skip
+
+    points = {m: pts for m, rs in _by_family(rows, "budget").items() if (pts := measured(rs))}
+    if not points:
+        return None
     fig, ax = plt.subplots(figsize=(6, 4.5), dpi=120)
-    for m, rs in _by_family(rows, "budget").items():
-        pts = [(r["rho_v"], r["capture"]) for r in rs
-               if r.get("rho_v") is not None and r.get("capture") is not None]  # fmt: skip
-        if pts:
-            ax.plot(*zip(*pts, strict=True), "o", label=m)
+    for m, pts in points.items():
+        ax.plot(*zip(*pts, strict=True), "o", label=m)
     fit = fits.get("bon")
     if fit and all(math.isfinite(fit[k]) for k in ("slope", "intercept")):
         xs = [-0.1, 1.0]
@@ -112,7 +124,8 @@ def capture_vs_rho_figure(rows: Rows, fits: dict[str, Any], path: Path, title: s
 
 
 def write_figures(summary: dict[str, Any], out: Path, title: str) -> dict[str, str]:
-    """Every figure of the summary into ``out``: name → path (none without matplotlib)."""
+    """Every figure the summary has data for, into ``out``: name → path (none without
+    matplotlib)."""
     rows = summary["rows"]
     made = {
         "quality_vs_tokens": quality_figure(rows, out / "quality_vs_tokens.png", title),
