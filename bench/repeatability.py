@@ -57,10 +57,11 @@ async def measure(problems: int) -> dict[str, Any]:
         LocalServer(MODEL, parallel=SLOTS) as server,
         LLMClient(server.base_url, server.model_name) as client,
     ):
-        for temperature in (0.7, 0.0):
+        for name, temperature in (("sampled", 0.7), ("greedy", 0.0)):
             alone = [await texts(client, prompts, temperature, False) for _ in range(2)]
             among = [await texts(client, prompts, temperature, True) for _ in range(2)]
-            out[f"temperature_{temperature}"] = {
+            out[name] = {
+                "temperature": temperature,
                 "alone_twice": same(*alone),
                 "among_others_twice": same(*among),
                 "alone_vs_among_others": same(alone[0], among[0]),
