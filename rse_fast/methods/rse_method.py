@@ -255,21 +255,13 @@ class RSEMethod(Method):
             if self._stops(rounds, spend.left / max(1.0, roll)):
                 stopped = True
                 break
-        pool = [
-            Candidate.of(x.text, cost=0, origin=f"rse-round-{rr.round}")
-            for rr in select_rounds(rounds, cfg.select_from)
-            for x in rr.rollouts
-            if x.error is None
-        ]
-        confidences = [
-            x.confidence
-            for rr in select_rounds(rounds, cfg.select_from)
-            for x in rr.rollouts
-            if x.error is None
-        ]
-        for cand, conf in zip(pool, confidences, strict=True):
-            if conf is not None:
-                cand.scores["confidence"] = conf
+        pool: list[Candidate] = []
+        for rr in select_rounds(rounds, cfg.select_from):
+            for x in rr.rollouts:
+                if x.error is None:
+                    pool.append(Candidate.of(x.text, cost=0, origin=f"rse-round-{rr.round}"))
+                    if x.confidence is not None:
+                        pool[-1].scores["confidence"] = x.confidence
         voters, checked = pool, None
         if self.checker == "visible" and problem.visible_check is not None:
             # the same pick as sc's and best-of-N's execution filter: among those that pass
