@@ -31,7 +31,19 @@ def add_parser(sub: Any) -> None:
         help="mmath:math500|competition, gym:<task>, humaneval, healthbench, "
         "writingbench, jsonl:<path>",
     )
-    p.add_argument("--budgets", default="2000,8000,32000")
+    p.add_argument(
+        "--budgets",
+        default="2000,8000,32000",
+        help="comma-separated, in --budget-unit (default 2000,8000,32000 tokens)",
+    )
+    p.add_argument(
+        "--budget-unit",
+        type=cost_model,
+        default="tokens",
+        help="what --budgets count: tokens (default), "
+        "price:input=0.15,cached=0.075,output=0.6 (dollars at these per-million prices), or "
+        "time (the server's seconds; measured on each problem's single samples first)",
+    )
     p.add_argument("--limit", type=int_in(1, 1_000_000), default=20, help="problems (seeded)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -73,8 +85,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--cost",
         type=cost_model,
-        default="tokens",
-        help="the unit methods are paired in at matched actual spend: tokens (default), time "
+        help="the unit methods are paired in at matched actual spend (default: --budget-unit): "
+        "tokens, time "
         "(the server's prefill + decode seconds, else latency), or "
         "price:input=0.15,cached=0.075,output=0.6 ($ per million tokens; cached = prompt "
         "tokens the server's prefix cache served)",
@@ -88,6 +100,16 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error("eval needs --dataset (or `rse-fast eval report DIR…` to merge results)")
     if args.action == "run" and args.paths:
         parser.error(f"unexpected arguments {args.paths}: did you mean `eval report`?")
+    if args.action == "run":
+        try:
+            budgets(args)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if args.budget_unit.unit == "time" and args.single_samples == 0:
+            parser.error(
+                "a time budget is turned into tokens at the server's measured speed, which the "
+                "single samples measure first: keep --single-samples above 0"
+            )
     if args.shard:
         from rse_fast.eval.records import Shard
 
@@ -118,7 +140,24 @@ def merge_report(args: argparse.Namespace) -> dict[str, Any]:
     first = places[0] if places[0].is_dir() else places[0].parent
     out = Path(args.out) if args.out else first
     title = args.title or "evaluation: " + ", ".join(str(p) for p in places)
-    return write_report(places, out, title, cost=args.cost)
+    return write_report(places, out, title, cost=args.cost or cost_model("tokens"))
+
+
+def budgets(args: argparse.Namespace) -> list[float]:
+    """``--budgets`` as numbers in ``--budget-unit`` (whole tokens; dollars or seconds may
+    be fractions); a ``ValueError`` names the first that is not a positive number."""
+    out: list[float] = []
+    for text in args.budgets.split(","):
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"--budgets: {text.strip()!r} is not a number") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise ValueError(f"--budgets: {text.strip()!r} must be a positive number")
+        if args.budget_unit.unit == "tokens" and not value.is_integer():
+            raise ValueError(f"--budgets: {text.strip()!r} tokens must be a whole number")
+        out.append(int(value) if args.budget_unit.unit == "tokens" else value)
+    return out
 
 
 async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
@@ -135,7 +174,7 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
     shard = Shard.parse(args.shard) if args.shard else None
     ds = load_dataset(args.dataset, args.limit, args.seed)
-    budgets = [int(b) for b in args.budgets.split(",")]
+    grid = budgets(args)
     async with contextlib.AsyncExitStack() as stack:
         client = await connect(args, stack, args.parallel)
         model = client.model
@@ -159,7 +198,12 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                 )
             grader = RubricGrader(grader_client, temperature=args.grader_temperature)
         encoder = Encoder()
-        common = dict(parallel=args.parallel, max_tokens=args.max_tokens, seed=args.seed)
+        common = dict(
+            parallel=args.parallel,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            budget_unit=args.budget_unit,
+        )
         reward = None
         if args.reward_url:
             reward = HTTPRewardModel(args.reward_url)
@@ -175,7 +219,7 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         out = Path(args.out or "eval-results")
         plan = EvalPlan(
             methods,
-            budgets,
+            grid,
             out,
             grader=grader,
             verifier=judge_client.identity,
@@ -186,4 +230,4 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         await run_eval(ds, plan, client, encoder=encoder, progress=log)
     part = f", shard {shard.index}/{shard.count}" if shard else ""
     title = args.title or f"{ds.name}, {len(ds.problems)} problems{part}, model {model}"
-    return write_report(plan.results_path, out, title, cost=args.cost)
+    return write_report(plan.results_path, out, title, cost=args.cost or args.budget_unit)

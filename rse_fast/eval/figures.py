@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rse_fast.llm.cost import amount_text
+
 Rows = list[dict[str, Any]]
 
 
@@ -94,9 +96,10 @@ def per_budget_figure(
         ax.errorbar(xs, ys, yerr=yerr, fmt="-o", capsize=3, label=m)
     ax.set_xscale("log")
     budgets = sorted({r["budget"] for r in rows})
-    ax.set_xticks(budgets, [f"{b:,}" for b in budgets])
+    label = rows[0].get("budget_unit", "tokens") if rows else "tokens"
+    ax.set_xticks(budgets, [amount_text(b, label) for b in budgets])
     ax.minorticks_off()
-    return _save(plt, fig, ax, path, title, "budget (tokens)", ylabel)
+    return _save(plt, fig, ax, path, title, f"budget ({label})", ylabel)
 
 
 def capture_vs_rho_figure(rows: Rows, fits: dict[str, Any], path: Path, title: str) -> Path | None:

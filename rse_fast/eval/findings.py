@@ -25,7 +25,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rse_fast.llm.cost import amount_text
+
 Rows = list[dict[str, Any]]
+
+
+def budget_text(row: dict[str, Any]) -> str:
+    """A row's budget in its own unit (records in dollars or seconds say so)."""
+    return amount_text(row["budget"], row.get("budget_unit", "tokens"))
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,7 @@ def tree_search_collapses_diversity(rows: Rows) -> Finding:
                 continue
             below += theirs < ref
             above += theirs > ref
-            parts.append(f"{family}@{r['budget']:,} {theirs:.2f} vs {ref:.2f}")
+            parts.append(f"{family}@{budget_text(r)} {theirs:.2f} vs {ref:.2f}")
     if not parts:
         return Finding(
             claim, paper, "no tree search beside best-of-N at a shared budget", "not run"
@@ -131,7 +138,7 @@ def refinement_rarely_helps(rows: Rows) -> Finding:
     for r in mine:
         low = (r.get("final_ci95") or [r["final"]])[0]
         helps = "helps" if low > r["single"] else "does not help"
-        parts.append(f"@{r['budget']:,}: Q {r['final']:.2f} vs μ {r['single']:.2f} ({helps})")
+        parts.append(f"@{budget_text(r)}: Q {r['final']:.2f} vs μ {r['single']:.2f} ({helps})")
     return Finding(claim, paper, "; ".join(parts) + " (one benchmark)", "cannot tell")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-Key = tuple[str, str, int]
+Key = tuple[str, str, float]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +94,7 @@ class Records:
 
 
 def key_of(row: dict[str, Any]) -> Key:
-    return (str(row["problem"]), str(row["method"]), int(row["budget"]))
+    return (str(row["problem"]), str(row["method"]), float(row["budget"]))
 
 
 def read_records(paths: Iterable[Path]) -> Records:

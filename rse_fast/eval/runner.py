@@ -44,7 +44,7 @@ class EvalPlan:
     the judge the methods use, so ρ_v is reported as such only when the grader differs."""
 
     methods: Sequence[Method]
-    budgets: Sequence[int]
+    budgets: Sequence[float]  # in each method's ``budget_unit`` (tokens unless told)
     out: Path
     grader: RubricGrader | None = None
     verifier: str | None = None
@@ -97,7 +97,11 @@ async def record_for(
     plan: EvalPlan,
     encoder: Encoder | None,
     verifier: str | None = None,
+    budget: float | None = None,
 ) -> dict[str, Any]:
+    """One cell's record. ``budget``: the plan's budget as given, in the method's unit (a
+    budget in dollars or seconds is carried as such; the run's ``result.budget`` is what it
+    bought in tokens); default ``result.budget``."""
     pool = result.pool
     texts = [c.text for c in pool] + ([result.final.text] if result.final else [])
     q1, q2, raw = await _qualities(ds, problem, texts, plan)
@@ -108,14 +112,16 @@ async def record_for(
     if encoder is not None and len(pool) > 1:
         diversity = mean_pairwise_cosine_distance(encoder.encode([c.text for c in pool]))
     ledger = result.ledger
+    cost = result.meta.get("cost")
     return {
         "problem": problem.id,
         "method": result.method,
-        "budget": result.budget,
+        "budget": result.budget if budget is None else budget,
+        "budget_unit": cost["unit"] if cost else "tokens",
         "tokens": result.tokens,
         # prompt (cached part apart), completion and server seconds: any cost unit, later
         "spend": spend_summary(ledger),
-        "budget_error": result.budget_error,
+        "budget_error": cost["spent"] / cost["budget"] - 1 if cost else result.budget_error,
         "exploration_tokens": ledger.exploration_tokens,
         "exploitation_tokens": ledger.exploitation_tokens,
         "final_answer": result.final.answer if result.final else None,
@@ -155,6 +161,7 @@ async def single_record(
             max_tokens=method.max_tokens,
         )
         texts.append(res.text)
+    client.speed.learn(c.ledger.records)  # a budget in seconds reads the server's speed
     q1, q2, _ = await _qualities(ds, problem, texts, plan)
     return {
         "problem": problem.id,
@@ -162,6 +169,7 @@ async def single_record(
         "budget": 0,
         "qualities": _truth(q1, q2),
         "tokens_per_sample": c.ledger.total_tokens / max(1, len(texts)),
+        "spend": spend_summary(c.ledger),
         "grade_garbage": sum(1 for x in q1 + q2 if x != x),
         "grader": _grader_name(ds, plan),
     }
@@ -184,6 +192,9 @@ async def run_eval(
         say(f"{path}: cut a torn last line ({cut} bytes) left by an interrupted run")
     existing = read_records([path]) if path.exists() else None
     done = existing.keys() if existing else set()
+    for row in existing.rows if existing else []:
+        if "spend" in row:  # a resumed run's budget in seconds reads the speed seen so far
+            client.speed.learn_spend(row["spend"])
     if existing and existing.unreadable:
         say(
             f"{path}: {len(existing.unreadable)} unreadable line(s) "
@@ -212,11 +223,14 @@ async def run_eval(
                 todo = [b for b in budgets if (problem.id, method.name, b) not in done]
                 if not todo:
                     continue
-                for res in await _run_method(method, problem, todo, client):
-                    rec = await record_for(ds, problem, res, plan, encoder, verifier_of(method))
+                results = await _run_method(method, problem, todo, client)
+                for budget, res in zip(todo, results, strict=True):
+                    rec = await record_for(
+                        ds, problem, res, plan, encoder, verifier_of(method), budget
+                    )
                     append_record(fh, rec)
                     tick(
-                        f"{problem.id} {method.name} @{res.budget}: {rec['tokens']} tokens, "
+                        f"{problem.id} {method.name} @{budget:g}: {rec['tokens']} tokens, "
                         f"final {rec['final_quality']:.2f}"
                     )
     return path
@@ -245,9 +259,12 @@ def verifier_of(method: Method) -> str | None:
 
 
 async def _run_method(
-    method: Method, problem: Problem, budgets: list[int], client: LLMClient
+    method: Method, problem: Problem, budgets: list[float], client: LLMClient
 ) -> list[MethodResult]:
+    """One result per budget (in the method's unit), in order: a family that can is run once
+    at the largest and cut to the others."""
     if method.subsamples:
-        full = await method.run(problem, max(budgets), client)
-        return [full if b == full.budget else method.subsample(full, b) for b in budgets]
+        top = max(budgets)
+        full = await method.run(problem, top, client)
+        return [full if b == top else method.subsample(full, b) for b in budgets]
     return [await method.run(problem, b, client) for b in budgets]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rse_fast.eval.figures import report_page, write_figures
-from rse_fast.eval.findings import findings, findings_table
+from rse_fast.eval.findings import budget_text, findings, findings_table
 from rse_fast.eval.metrics import (
     bootstrap_mean_ci,
     capture,
@@ -98,10 +98,10 @@ def _bounds(interval: tuple[float, float]) -> list[float] | None:
 
 def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[str, Any]]:
     single = single_sample_quality(records)
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         if r["method"] != SINGLE:
-            groups[(r["method"], int(r["budget"]))].append(r)
+            groups[(r["method"], float(r["budget"]))].append(r)
     rows = []
     for (method, budget), recs in sorted(groups.items()):
         finals = [r["final_quality"] for r in recs]
@@ -122,6 +122,7 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
             {
                 "method": method,
                 "budget": budget,
+                "budget_unit": recs[0].get("budget_unit", "tokens"),
                 "problems": len(recs),
                 "tokens": mean([r["tokens"] for r in recs]),
                 "budget_error": mean([r["budget_error"] for r in recs]),
@@ -195,12 +196,15 @@ def paired_rows(records: list[dict[str, Any]], cost: CostModel = TOKENS) -> list
     budget) whose mean spend is within ±10% of each other, whatever their nominal budgets, on
     the problems both ran; and every method against its problems' single-sample μ. Mean
     difference of final quality and its 95% bootstrap interval (resampling problems)."""
-    finals: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
-    spent: dict[tuple[str, int], list[float]] = defaultdict(list)
+    finals: dict[tuple[str, float], dict[str, float]] = defaultdict(dict)
+    spent: dict[tuple[str, float], list[float]] = defaultdict(list)
+    units: dict[tuple[str, float], str] = {}
     for r in records:
         if r["method"] != SINGLE:
-            finals[(r["method"], int(r["budget"]))][r["problem"]] = r["final_quality"]
-            spent[(r["method"], int(r["budget"]))].append(spent_in(r, cost))
+            cell = (r["method"], float(r["budget"]))
+            finals[cell][r["problem"]] = r["final_quality"]
+            spent[cell].append(spent_in(r, cost))
+            units[cell] = r.get("budget_unit", "tokens")
     single = single_sample_quality(records)
     tokens = {cell: sum(v) / len(v) for cell, v in spent.items()}
     out = []
@@ -212,7 +216,7 @@ def paired_rows(records: list[dict[str, Any]], cost: CostModel = TOKENS) -> list
             diff, ci = paired_difference(
                 [finals[(a, ba)][p] for p in shared], [finals[(b, bb)][p] for p in shared]
             )
-            row = _pair(ba, a, b, shared, diff, ci)
+            row = _pair(ba, units[(a, ba)], a, b, shared, diff, ci)
             row.update(budget_b=bb, tokens_a=tokens[(a, ba)], tokens_b=tokens[(b, bb)])
             out.append(row)
     for budget in sorted({b for _, b in finals}):
@@ -223,15 +227,22 @@ def paired_rows(records: list[dict[str, Any]], cost: CostModel = TOKENS) -> list
                 diff, ci = paired_difference(
                     [finals[(m, budget)][p] for p in shared], [single[p] for p in shared]
                 )
-                out.append(_pair(budget, m, SINGLE, shared, diff, ci))
+                out.append(_pair(budget, units[(m, budget)], m, SINGLE, shared, diff, ci))
     return out
 
 
 def _pair(
-    budget: int, a: str, b: str, problems: list[str], diff: float, ci: tuple[float, float]
+    budget: float,
+    unit: str,
+    a: str,
+    b: str,
+    problems: list[str],
+    diff: float,
+    ci: tuple[float, float],
 ) -> dict[str, Any]:
     return {
         "budget": budget,
+        "budget_unit": unit,
         "a": a,
         "b": b,
         "problems": len(problems),
@@ -292,7 +303,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
             by = f", {r['verifier_kind']}" if r.get("verifier_kind") else ""
             rho = f"{rho} ({r['rho_v_pools']}{by})" + ("" if label == "ρ_v" else f" {label}")
         lines.append(
-            f"| {r['method']} | {r['budget']:,} | {r['tokens']:.0f} "
+            f"| {r['method']} | {budget_text(r)} | {r['tokens']:.0f} "
             f"({_fmt(r['overshoot_mae'], True)} / {_fmt(r['overshoot_max'], True)} / "
             f"{_fmt(r['overshoot_spread'], True)}) | {_fmt(r['final'], True)}"
             f"{_ci(r['final_ci95'])} "
@@ -324,7 +335,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
             "OpenAI's simple-evals computes it (per-example scores unclipped, the mean "
             "clipped): "
             + "; ".join(
-                f"{r['method']}@{r['budget']:,} {_fmt(r['final_simple_evals'], True)}"
+                f"{r['method']}@{budget_text(r)} {_fmt(r['final_simple_evals'], True)}"
                 for r in simple
             )
         )
@@ -332,7 +343,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
     if small:
         notes.append(
             "Capture h not reported (–) where the headroom Q*−μ is below 0.05: "
-            + "; ".join(f"{r['method']}@{r['budget']:,} ({r['capture_note']})" for r in small)
+            + "; ".join(f"{r['method']}@{budget_text(r)} ({r['capture_note']})" for r in small)
         )
     matched = [p for p in summary["paired"] if p["b"] != SINGLE]
     if matched:
@@ -358,14 +369,14 @@ def markdown_table(summary: dict[str, Any]) -> str:
         notes.append(
             "Gain over single samples (paired by problem, 95% CI): "
             + "; ".join(
-                f"{p['a']}@{p['budget']:,} {100 * p['diff']:+.0f}{_ci(p['ci95'])}" for p in paired
+                f"{p['a']}@{budget_text(p)} {100 * p['diff']:+.0f}{_ci(p['ci95'])}" for p in paired
             )
         )
     if summary.get("unreadable"):
         notes.append(f"Unreadable result lines (not counted): {', '.join(summary['unreadable'])}")
     for r in (r for r in rows if r["accuracy_per_round"]):
         acc = ", ".join(_fmt(a, True) for a in r["accuracy_per_round"])
-        notes.append(f"{r['method']} @{r['budget']:,}: accuracy per round {acc}")
+        notes.append(f"{r['method']} @{budget_text(r)}: accuracy per round {acc}")
     return "\n".join(lines) + ("\n\n" + "\n\n".join(notes) if notes else "")
 
 

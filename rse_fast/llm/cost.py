@@ -121,6 +121,16 @@ class CostModel:
         raise ValueError("a time cost has no price per token: the server's speed sets it")
 
 
+def amount_text(amount: float, label: str = "tokens") -> str:
+    """An amount as a reader writes it in its unit's label: ``8,000`` tokens, ``$0.0021``,
+    ``30 s``."""
+    if label == "$":
+        return f"${amount:.4g}"
+    if label == "s":
+        return f"{amount:.4g} s"
+    return f"{amount:,.0f}" if float(amount).is_integer() else f"{amount:,.4g}"
+
+
 def spend_summary(ledger: Ledger) -> dict[str, Any]:
     """What a run spent, in the quantities every unit is computed from (a cost in any unit,
     prices included, can be read from it later: the units are linear in these)."""
@@ -151,6 +161,11 @@ class ServerSpeed:
         for rec in records:
             self.seconds += TIME.of_record(rec)
             self.tokens += rec.total_tokens
+
+    def learn_spend(self, spend: dict[str, Any]) -> None:
+        """Fold in a run kept only as its ``spend_summary`` (a resumed evaluation's records)."""
+        self.seconds += float(spend.get("time_s") or 0.0)
+        self.tokens += int(spend["prompt_tokens"]) + int(spend["completion_tokens"])
 
     @property
     def seconds_per_token(self) -> float | None:

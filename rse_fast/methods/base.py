@@ -233,13 +233,22 @@ class Method(abc.ABC):
         result = await self._run(problem, run_budget)
         client.speed.learn(run_budget.ledger.records)
         if run_budget.in_unit is not None:
-            spent = run_budget.spent_in_unit
-            result.meta["cost"] = {
-                "unit": self.budget_unit.label,
-                "budget": budget,
-                "spent": spent,
-                **({"unspent": max(0.0, budget - spent)} if self.budget_mode == "cap" else {}),
-            }
+            self.price(result, budget)
+        return result
+
+    def price(self, result: MethodResult, budget: float) -> MethodResult:
+        """Say in ``result.meta["cost"]`` what a run in a unit other than tokens spent of its
+        ``budget`` (in cap mode, what it left unspent). Returns the result."""
+        unit = self.budget_unit
+        if unit.unit == "tokens":
+            return result
+        spent = unit.of_ledger(result.ledger)
+        result.meta["cost"] = {
+            "unit": unit.label,
+            "budget": budget,
+            "spent": spent,
+            **({"unspent": max(0.0, budget - spent)} if self.budget_mode == "cap" else {}),
+        }
         return result
 
     def check_problem(self, problem: Problem) -> None:
@@ -251,6 +260,7 @@ class Method(abc.ABC):
     async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
         """The family's own run, every call through ``run_budget.client``."""
 
-    def subsample(self, full: MethodResult, budget: int) -> MethodResult:
-        """The result this method would have had at a smaller ``budget`` (``subsamples``)."""
+    def subsample(self, full: MethodResult, budget: float) -> MethodResult:
+        """The result this method would have had at a smaller ``budget`` (``subsamples``), in
+        ``budget_unit``, chosen by the same rule the full run chose by."""
         raise NotImplementedError(f"method {self.name!r} cannot be subsampled")

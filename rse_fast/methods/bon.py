@@ -12,9 +12,15 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Method, blend
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
-from rse_fast.methods.sampling import prefix_within, sample, sample_cost, sub_ledger, task_tokens
+from rse_fast.methods.sampling import cut_within, sample, sample_cost, task_tokens
 from rse_fast.methods.types import Candidate, MethodResult, Problem
-from rse_fast.methods.voting import best_index, beta_settled, passing_visible, valid_epsilon
+from rse_fast.methods.voting import (
+    best_index,
+    beta_settled,
+    passed_visible,
+    passing_visible,
+    valid_epsilon,
+)
 from rse_fast.methods.waves import EarlyStop, RunBudget, buys_part_unit, in_waves
 
 #: Judge prompt tokens beyond the problem and the response (template, instructions) and its
@@ -212,6 +218,13 @@ class BestOfN(Method):
         final = pool[best] if best is not None else None
         return MethodResult(self.name, budget, final, pool, ledger, meta)
 
-    def subsample(self, full: MethodResult, budget: int) -> MethodResult:
-        pool = prefix_within(full.pool, budget)
-        return self._select(pool, budget, sub_ledger(full.ledger, pool))
+    def subsample(self, full: MethodResult, budget: float) -> MethodResult:
+        cut = cut_within(full, budget, self.budget_unit)
+        chosen_from, checked = cut.pool, None
+        if "execution_filter" in full.meta:
+            chosen_from, checked = passed_visible(cut.pool)
+        result = self._select(chosen_from, cut.tokens, cut.ledger)
+        result.pool = cut.pool
+        if checked is not None:
+            result.meta["execution_filter"] = checked
+        return self.price(result, budget)

@@ -5,13 +5,15 @@ generate once at the largest budget and are subsampled for the smaller ones)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rse_fast.answers.confidence import rollout_confidence, token_confidences
 from rse_fast.llm.client import LLMClient
+from rse_fast.llm.cost import CostModel
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Method, prompt_cost
-from rse_fast.methods.types import Candidate, Problem
+from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import (
     ConfidenceRule,
     OnlineGate,
@@ -108,16 +110,47 @@ def sample_cost(method: Method, client: LLMClient, problem: Problem) -> float:
     return prompt_cost(client, problem.messages()) + method.max_tokens
 
 
-def prefix_within(pool: list[Candidate], budget: int) -> list[Candidate]:
-    """The longest prefix whose cost is nearest to ``budget`` (at least one candidate)."""
-    total, best, best_err = 0, 1, float("inf")
-    for i, c in enumerate(pool, 1):
-        total += c.cost
+def prefix_within(
+    pool: list[Candidate], budget: float, costs: list[float] | None = None
+) -> list[Candidate]:
+    """The longest prefix whose cost is nearest to ``budget`` (at least one candidate);
+    ``costs``: each candidate's cost in the budget's unit (default: its tokens)."""
+    total, best, best_err = 0.0, 1, float("inf")
+    for i, cost in enumerate(costs if costs is not None else [c.cost for c in pool], 1):
+        total += cost
         if abs(total - budget) < best_err:
             best, best_err = i, abs(total - budget)
         if total > budget:
             break
     return pool[:best]
+
+
+@dataclass(frozen=True)
+class PoolCut:
+    """A pool cut to a smaller budget: the prefix, its calls, and the budget in tokens (a
+    budget in another unit at the rate the cut part actually cost)."""
+
+    pool: list[Candidate]
+    ledger: Ledger
+    tokens: int
+
+
+def cut_within(full: MethodResult, budget: float, unit: CostModel) -> PoolCut:
+    """``full``'s pool cut to the prefix whose cost in ``unit`` is nearest to ``budget``: a
+    price or time budget counts each candidate's own calls (its cached prompt tokens, its
+    seconds), so the cut lands where a run at that budget would have stopped."""
+    if unit.unit == "tokens":
+        pool = prefix_within(full.pool, budget)
+        return PoolCut(pool, sub_ledger(full.ledger, pool), int(budget))
+    by_task: dict[str | None, float] = {}
+    for rec in full.ledger.records:
+        by_task[rec.task] = by_task.get(rec.task, 0.0) + unit.of_record(rec)
+    costs = [by_task.get(f"c{i}", 0.0) for i in range(len(full.pool))]
+    pool = prefix_within(full.pool, budget, costs)
+    ledger = sub_ledger(full.ledger, pool)
+    spent = unit.of_ledger(ledger)
+    tokens = round(budget * ledger.total_tokens / spent) if spent > 0 else ledger.total_tokens
+    return PoolCut(pool, ledger, tokens)
 
 
 def task_tokens(ledger: Ledger, task: str) -> int:

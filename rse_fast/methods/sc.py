@@ -9,7 +9,7 @@ from typing import Any
 
 from rse_fast.answers import off_loop
 from rse_fast.methods.base import Method
-from rse_fast.methods.sampling import prefix_within, sample, sample_cost, sample_online, sub_ledger
+from rse_fast.methods.sampling import cut_within, sample, sample_cost, sample_online
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import (
     ConfidenceRule,
@@ -17,6 +17,7 @@ from rse_fast.methods.voting import (
     ToolVote,
     beta_settled,
     confident_vote,
+    passed_visible,
     passing_visible,
     settled,
     tool_call_key,
@@ -71,10 +72,8 @@ class SelfConsistency(Method):
     ) -> dict[str, Any]:
         return {name: request[name] for name in cls.request_fields}
 
-    def _final(
-        self, problem: Problem, pool: list[Candidate]
-    ) -> tuple[Candidate | None, dict[str, Any]]:
-        if problem.tools:
+    def _final(self, tools: bool, pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
+        if tools:
             return vote_tools(pool, self.tool_vote)
         if self.confidence is not None:
             return confident_vote(pool, self.confidence)
@@ -111,7 +110,7 @@ class SelfConsistency(Method):
         voters, checked = pool, None
         if self.execution_filter and problem.visible_check is not None:
             voters, checked = await passing_visible(pool, problem.visible_check)
-        final, meta = await off_loop(self._final, problem, voters)
+        final, meta = await off_loop(self._final, bool(problem.tools), voters)
         if checked is not None:
             meta["execution_filter"] = checked
         if gate is not None:
@@ -125,9 +124,13 @@ class SelfConsistency(Method):
             }
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)
 
-    def subsample(self, full: MethodResult, budget: int) -> MethodResult:
-        pool = prefix_within(full.pool, budget)
-        final, meta = (
-            vote_tools(pool, self.tool_vote) if "tool_vote" in full.meta else vote_final(pool)
-        )
-        return MethodResult(self.name, budget, final, pool, sub_ledger(full.ledger, pool), meta)
+    def subsample(self, full: MethodResult, budget: float) -> MethodResult:
+        cut = cut_within(full, budget, self.budget_unit)
+        voters, checked = cut.pool, None
+        if "execution_filter" in full.meta:
+            voters, checked = passed_visible(cut.pool)
+        final, meta = self._final("tool_vote" in full.meta, voters)
+        if checked is not None:
+            meta["execution_filter"] = checked
+        result = MethodResult(self.name, cut.tokens, final, cut.pool, cut.ledger, meta)
+        return self.price(result, budget)

@@ -173,6 +173,17 @@ async def passing_visible(
     return (passing or pool), meta
 
 
+def passed_visible(pool: list[Candidate]) -> tuple[list[Candidate], dict[str, Any]]:
+    """What :func:`passing_visible` chose, read back from the verdicts it left on the
+    candidates (``scores["visible"]``): a pool cut to a smaller budget keeps its filter
+    without running any code again."""
+    judged = [c for c in pool if "visible" in c.scores]
+    passing = [c for c in judged if c.scores["visible"] == 1.0]
+    meta = {"passed": len(passing), "of": len(pool), "distinct_run": len({c.text for c in judged}),
+            "fell_back": not passing}  # fmt: skip
+    return (passing or pool), meta
+
+
 def best_index(scores: list[float]) -> int | None:
     """Index of the highest score (NaN counts as lowest), ties to the earliest; None if empty."""
     if not scores:

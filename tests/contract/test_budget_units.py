@@ -5,13 +5,19 @@ once the client has seen how fast its server is; a refusal names the unit."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import aiohttp
 import pytest
 from conftest import running_service
 from test_budget_cap import method, varied
 
+from rse_fast.cli import main
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError, BudgetTooSmallError, BudgetUnitError
+from rse_fast.eval.runner import SINGLE
+from rse_fast.eval.summary import load_records
 from rse_fast.llm import LLMClient
 from rse_fast.llm.cost import TIME, CostModel
 from rse_fast.llm.ledger import Ledger
@@ -24,6 +30,7 @@ from fakes.scripted_tts import GOLD, PROBLEM
 #: dear output, cheap (and cheaper cached) input: a price that does not move with tokens
 PRICE = CostModel.parse("price:input=0.5,cached=0.05,output=4")
 FAMILIES = ("sc", "bon", "beam", "particle", "refine", "fusion", "rse")
+MAX_TOKENS_CUT = 96
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +163,63 @@ async def test_a_server_that_ignores_n_stays_within_a_price_cap():
             paid = PRICE.of_ledger(capped.ledger)
             assert 1 <= len(result.choices) <= 4 and paid <= budget + 1e-12, (budget, paid)
         assert len(result.choices) == 4  # the largest budget holds all four requests
+
+
+async def test_a_pool_cut_to_a_smaller_price_lands_near_it_in_dollars():
+    """SC and best-of-N run once at the largest budget and are cut to the smaller ones: in
+    dollars the cut counts each candidate's own calls (cached input at its own price)."""
+    problem = Problem("p", PROBLEM, GOLD)
+    server = ScriptedServer(default_reply=varied, prefix_cache="llama.cpp")
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        m = make_method("sc", parallel=4, max_tokens=MAX_TOKENS_CUT, budget_unit=PRICE)
+        full = await m.run(problem, 0.02, c)
+    per_sample = PRICE.of_ledger(full.ledger) / len(full.pool)
+    for budget in (0.005, 0.01):
+        cut = m.subsample(full, budget)
+        paid = PRICE.of_ledger(cut.ledger)
+        assert abs(paid - budget) <= per_sample, (budget, paid, per_sample)
+        assert cut.meta["cost"] == {"unit": "$", "budget": budget, "spent": pytest.approx(paid)}
+        assert cut.pool == full.pool[: len(cut.pool)] and cut.tokens < full.tokens
+
+
+async def test_an_evaluation_runs_its_budget_grid_in_dollars_and_says_so(tmp_path, capsys):
+    data = tmp_path / "mine.jsonl"
+    data.write_text("\n".join(
+        json.dumps({"id": f"q{i}", "problem": PROBLEM, "answer": GOLD}) for i in range(2)
+    ))  # fmt: skip
+    out = tmp_path / "run"
+    grid = ["0.002", "0.004", "0.008"]
+    async with ScriptedServer(default_reply=varied, prefix_cache="llama.cpp") as srv:
+        argv = ["eval", "--dataset", f"jsonl:{data}", "--base-url", srv.base_url, "--model", "m",
+                "--methods", "sc,fusion", "--budgets", ",".join(grid), "--budget-unit",
+                "price:input=0.5,cached=0.05,output=4", "--max-tokens", "96", "--out",
+                str(out), "--single-samples", "1", "--quiet"]  # fmt: skip
+        assert await asyncio.to_thread(main, argv) == 0
+        asked = len(srv.requests)
+        assert await asyncio.to_thread(main, argv) == 0  # resumed: every cell is done
+        assert len(srv.requests) == asked
+    recs = [r for r in load_records(out / "results.jsonl") if r["method"] != SINGLE]
+    assert sorted({r["budget"] for r in recs}) == [0.002, 0.004, 0.008] and len(recs) == 12
+    assert all(r["budget_unit"] == "$" for r in recs)
+    for r in recs:  # the error is in dollars, as the budget was
+        paid = PRICE.of_spend(r["spend"])
+        assert r["budget_error"] == pytest.approx(paid / r["budget"] - 1)
+    errors = [r["budget_error"] for r in recs if r["method"] == "fusion"]
+    assert abs(sum(errors) / len(errors)) <= 0.2, errors
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cost_unit"] == "price"  # paired in the budget's unit unless told
+    table = capsys.readouterr().out
+    assert "| sc | $0.002 |" in table and "| fusion | $0.008 |" in table
+
+
+@pytest.mark.parametrize(
+    ("budgets", "unit", "said"),
+    [("2000,lots", "tokens", "'lots' is not a number"), ("0.5,1000", "tokens", "whole number"),
+     ("0.01,-0.02", "price:input=1,output=2", "positive"), ("nan", "time", "positive")],
+)  # fmt: skip
+def test_a_budget_grid_that_is_not_numbers_in_its_unit_is_a_usage_error(
+    budgets, unit, said, capsys
+):
+    with pytest.raises(SystemExit) as stop:
+        main(["eval", "--dataset", "humaneval", "--budgets", budgets, "--budget-unit", unit])
+    assert stop.value.code == 2 and said in capsys.readouterr().err

@@ -63,6 +63,25 @@ async def test_subsampling_traces_the_curve():
     assert small.tokens == sum(x.cost for x in small.pool)
 
 
+@pytest.mark.parametrize("name", ["sc", "bon"])
+async def test_a_cut_pool_is_chosen_by_the_full_runs_rule(name):
+    """The execution filter (and sc's confidence vote) survive the cut: the filter passes
+    the minority answer 42, so a plain vote over the cut pool would say 41."""
+    problem = Problem("p", PROBLEM, GOLD)
+    problem.visible_check = lambda text: VisibleResult("boxed{42}" in text, "not 42")
+    async with ScriptedServer(default_reply=reply) as srv, LLMClient(srv.base_url, "m") as c:
+        m = make_method(name, parallel=4, max_tokens=256, execution_filter=True)
+        full = await m.run(problem, 4000, c)
+    small = m.subsample(full, 1500)
+    assert len(small.pool) < len(full.pool)
+    assert [x.answer for x in small.pool].count("42") < len(small.pool) / 2  # 42 is a minority
+    assert small.final is not None and small.final.answer == "42"
+    seen = small.meta["execution_filter"]
+    assert seen["of"] == len(small.pool) and seen["passed"] == [x.answer for x in small.pool].count(
+        "42"
+    )
+
+
 async def test_judge_garbage_is_counted_not_fatal():
     def garbage_judge(body, index):
         if "Rate it from 1" in body["messages"][-1]["content"]:
