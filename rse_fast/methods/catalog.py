@@ -60,7 +60,10 @@ def make_method(name: str, **options: Any) -> Method:
             (distillation as a fresh prompt pasting the rollout), ``grounded`` (no model
             distillation: with ``checker="visible"``, the bank holds what running the code
             showed), ``conf-distill`` (only the more confident half of a round is distilled,
-            by the model's own token probabilities).
+            by the model's own token probabilities), ``conf-split`` (propositions only from
+            confident rollouts that side with the round's confidence-weighted vote, pitfalls
+            from the rest), ``conf-agree`` (a proposition is shown only while its rollouts
+            side with the running confidence-weighted vote).
         options: the family's keyword options (``parallel``, ``max_tokens``, ``temperature``,
             ``seed`` for all; ``judge`` for bon/beam/particle; ``k``, ``encoder`` for rse, …).
 

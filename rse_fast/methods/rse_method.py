@@ -51,6 +51,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "grounded": {"distill_with_model": False},
     # distill only the more confident half of a round (its rollouts ask for logprobs)
     "conf-distill": {"confidence_top_logprobs": 5, "distill_confident_share": 0.5},
+    # propositions only from a round's confident rollouts that side with its weighted vote;
+    # from the rest (unsure, or a confident minority) pitfalls only
+    "conf-split": {"confidence_top_logprobs": 5, "propositions_from_confident": True},
+    # a proposition is shown only while its rollouts side with the running weighted vote
+    "conf-agree": {"confidence_top_logprobs": 5, "bank_follows_vote": True},
 }
 
 

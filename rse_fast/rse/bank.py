@@ -230,15 +230,21 @@ class ExperienceBank:
         same_problem: bool = True,
         min_support: int = 1,
         guidance: Guidance = DEFAULT_GUIDANCE,
+        shown_if: Callable[[str, set[tuple[int, int]]], bool] | None = None,
     ) -> str:
         """Prompt text for the bank: the best-ranked experiences of both kinds with at least
         ``min_support`` that fit ``token_budget`` (framing included), pitfalls first. A
         checker-verified item needs no second sighting: support guards against a belief one
-        rollout made up, and a verified item is no belief."""
+        rollout made up, and a verified item is no belief. ``shown_if(kind, sources)``: a
+        further test of an item by the (round, rollout) pairs that derived it."""
+
+        def eligible(entry: _Entry, kind: str) -> bool:
+            return self._shown_with(entry, min_support) and (
+                shown_if is None or shown_if(kind, entry.derived_by)
+            )
+
         order = {
-            k: [i for i in self.ranked(k) if self._shown_with(self._entries[k][i], min_support)][
-                :max_per_kind
-            ]
+            k: [i for i in self.ranked(k) if eligible(self._entries[k][i], k)][:max_per_kind]
             for k in KINDS
         }
         merged = sorted(

@@ -45,6 +45,12 @@ class RSEConfig:
         distill_confident_share: distill only the most confident share of a round's
             rollouts (the round's distillations then wait for all of them); the rest are
             still run by a checker. None: every rollout; a server without logprobs: every one.
+        propositions_from_confident: a rollout's propositions are filed only when it is among
+            its round's more confident half and sides with the round's confidence-weighted
+            vote; from the others (an unsure rollout, a confident minority) pitfalls only.
+        bank_follows_vote: a proposition reaches a prompt only while a rollout it came from
+            sides with the confidence-weighted vote over every round so far (pitfalls are
+            shown as before).
         distill_sees_votes: show the distiller how the round's answers split (its own
             samples, never a gold answer); the round's distillations then start once all its
             rollouts are in.
@@ -160,6 +166,8 @@ class RSEConfig:
     confidence_measure: str = "lowest_window"
     confidence_window: int = 32
     distill_confident_share: float | None = None
+    propositions_from_confident: bool = False
+    bank_follows_vote: bool = False
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -167,8 +175,9 @@ class RSEConfig:
         share = self.distill_confident_share
         if share is not None and not 0 < share <= 1:
             raise ValueError(f"distill_confident_share must be in (0, 1], got {share}")
-        if share is not None and self.confidence_top_logprobs is None:
-            raise ValueError("distill_confident_share needs confidence_top_logprobs")
+        for name in ("distill_confident_share", "propositions_from_confident", "bank_follows_vote"):
+            if getattr(self, name) not in (None, False) and self.confidence_top_logprobs is None:
+                raise ValueError(f"{name} needs confidence_top_logprobs")
         ks = [self.k] if isinstance(self.k, int) else list(self.k)
         if not ks or any(int(k) < 1 for k in ks):
             raise ValueError(f"k must be >= 1 (or a list of per-round values >= 1), got {self.k}")

@@ -123,12 +123,19 @@ class Distiller:
         return params, schema
 
     def file(
-        self, rec: RolloutRecord, parsed: Distilled, r: int, rollout: Check | None = None
+        self,
+        rec: RolloutRecord,
+        parsed: Distilled,
+        r: int,
+        rollout: Check | None = None,
+        *,
+        propositions: bool = True,
     ) -> list[Experience]:
-        """A parsed distillation recorded on its rollout; its statements as candidates."""
+        """A parsed distillation recorded on its rollout; its statements as candidates
+        (``propositions=False``: its pitfalls only)."""
         cfg = self.config
         rec.distill, rec.echoes = "ok", parsed.echoes
-        rec.positive = parsed.positive if cfg.use_positive else []
+        rec.positive = parsed.positive if cfg.use_positive and propositions else []
         rec.negative = parsed.negative if cfg.use_negative else []
         found = [
             Experience(text=t, kind=kind, round=r, rollout=rec.index, position=p)

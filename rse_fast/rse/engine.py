@@ -34,7 +34,7 @@ from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.distiller import Distiller, RolloutOutcome, release_early
 from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
-from rse_fast.rse.settling import RoundSplit, Settling
+from rse_fast.rse.settling import RoundSplit, Settling, weighted_leader
 from rse_fast.util.sync import run_sync
 
 
@@ -83,6 +83,8 @@ class RSE:
         self.progress = progress
         self.bank: ExperienceBank | None = None  # the bank of the last solve, when it ends
         self.keep_bank: bool | None = None  # this solve's bank is wanted after it (see solve)
+        #: (round, rollout) → the answer it gave and its confidence, this solve so far
+        self.sides: dict[tuple[int, int], tuple[str | None, float | None]] = {}
         kernels.warmup(self.encoder.dim)
 
     @property
@@ -154,6 +156,9 @@ class RSE:
                 rounds, bank, records = saved
                 self.client.ledger.restore(records)
         resumed_from = len(rounds)
+        self.sides = {}
+        for done in rounds:
+            self._note_sides(done.round, done.rollouts)
         self.bank = bank
         if keep_bank is None and bank_given:
             keep_bank = True  # a bank carried in from another problem is carried on
@@ -205,7 +210,29 @@ class RSE:
             same_problem=bank.problem_ids <= {problem_id(problem)},
             min_support=cfg.shown_support(k if k is not None else cfg.k_for_round(1)),
             guidance=cfg.guidance,
+            shown_if=self._sides_with_vote() if cfg.bank_follows_vote else None,
         )
+
+    def _note_sides(self, r: int, records: list[RolloutRecord]) -> None:
+        """Which answer each finished rollout gave, and how sure it was (``bank_follows_vote``
+        reads them; a resumed run rebuilds them from its rounds)."""
+        for rec in records:
+            if rec.error is None:
+                self.sides[(r, rec.index)] = (rec.answer, rec.confidence)
+
+    def _sides_with_vote(self) -> Callable[[str, set[tuple[int, int]]], bool]:
+        """Whether an item may be shown: a pitfall always; a proposition while a rollout it
+        came from sides with the confidence-weighted vote over every round so far."""
+        answers = [a for a, _ in self.sides.values()]
+        leader = weighted_leader(answers, [c for _, c in self.sides.values()])
+
+        def shown(kind: str, sources: set[tuple[int, int]]) -> bool:
+            if kind == "negative":
+                return True
+            said = [self.sides[s][0] for s in sources if s in self.sides]
+            return leader is not None and any(answers_equivalent(a, leader) for a in said)
+
+        return shown
 
     def bank_wanted(self) -> bool:
         """Whether the bank is wanted after the run: ``keep_bank`` of this solve, else
@@ -266,6 +293,7 @@ class RSE:
         waits = per_rollout and (
             cfg.distill_sees_votes
             or cfg.distill_confident_share is not None
+            or cfg.propositions_from_confident
             or self.settling.may_settle(r)
             or self.settling.stop_rule is not None
         )
@@ -318,6 +346,7 @@ class RSE:
         all_encoded = max(o.encoded_at for o in outcomes)
         decisions = self._insert(bank, outcomes)
         bank.problem_ids.add(problem_id(problem))
+        self._note_sides(r, [o.record for o in outcomes])
         next_block = self._render(bank, problem, k)
         t_end = time.perf_counter()
         records = [o.record for o in outcomes]
@@ -425,7 +454,7 @@ class RSE:
                 return await self.distiller.grounded_only(rec, r, report)
             now = time.perf_counter()
             return RolloutOutcome(rec, [], None, now, now)
-        votes = None
+        votes, trusted = None, True
         if split is not None:
             split.add(rec.answer, rec.confidence)
             answers = await split.all_in()
@@ -440,6 +469,8 @@ class RSE:
                     return await self.distiller.grounded_only(rec, r, report)
                 now = time.perf_counter()
                 return RolloutOutcome(rec, [], None, now, now)
+            if cfg.propositions_from_confident:
+                trusted = await split.sides_with_confident_vote(rec.answer, rec.confidence)
             if cfg.distill_sees_votes:
                 votes = answer_split(answers, rec.answer)
         early: dict[str, asyncio.Future[np.ndarray]] = {}
@@ -461,9 +492,9 @@ class RSE:
             counters["unparseable"] += rec.distill in ("unparseable", "failed")
             report()
             return RolloutOutcome(rec, [], None, returned, returned)
-        cands = self.distiller.file(rec, parsed, r, seen.rollout) + self.distiller.grounded(
-            seen, rec, r
-        )
+        cands = self.distiller.file(
+            rec, parsed, r, seen.rollout, propositions=trusted
+        ) + self.distiller.grounded(seen, rec, r)
         vectors = await self.distiller.vectors([c.text for c in cands], early) if cands else None
         rec.embedded_early = sum(1 for c in cands if c.text in early)
         report()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from rse_fast.answers import majority_vote, off_loop
+from rse_fast.answers import answers_equivalent, majority_vote, off_loop
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.results import RoundResult
 
@@ -84,6 +84,14 @@ class RoundSplit:
         keep = max(1, round(share * len(known)))
         return confidence >= known[keep - 1]
 
+    async def sides_with_confident_vote(self, answer: str | None, confidence: float | None) -> bool:
+        """Whether a rollout is among the round's more confident half and its answer is the
+        round's confidence-weighted leader (once all are in)."""
+        if answer is None or not await self.among_most_confident(confidence, 0.5):
+            return False
+        leader = await off_loop(weighted_leader, self.answers, self.confidences)
+        return leader is not None and await off_loop(answers_equivalent, answer, leader)
+
     async def all_in(self) -> list[str | None]:
         await self._done.wait()
         return self.answers
@@ -94,6 +102,12 @@ class RoundSplit:
         if name not in self._settled:
             self._settled[name] = asyncio.ensure_future(off_loop(rule, await self.all_in()))
         return await self._settled[name]
+
+
+def weighted_leader(answers: list[str | None], confidences: list[float | None]) -> str | None:
+    """The answer with the largest summed confidence (a rollout without one weighs 1)."""
+    weights = [1.0 if c is None else c for c in confidences]
+    return majority_vote(answers, weights=weights).answer
 
 
 def vote_margin(answers: list[str | None]) -> float:

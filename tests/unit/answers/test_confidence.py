@@ -226,3 +226,59 @@ async def test_rse_votes_by_confidence_as_sc_does_and_can_distill_only_the_sure(
     rollouts = [b for b in srv.requests if not is_distillation(b["messages"])]
     assert rollouts and all(b.get("top_logprobs") == 5 for b in rollouts)
     assert distilled and all("boxed{5}" in str(b["messages"]) for b in distilled)
+
+
+def rse_items_replies(body: dict, index: int) -> Reply | str:
+    """split_replies for rollouts; a distillation states a proposition and a pitfall about
+    the answer of the rollout it read."""
+    import json
+
+    from rse_fast.prompts import is_distillation
+
+    if is_distillation(body["messages"]):
+        said = "5" if "boxed{5}" in json.dumps(body["messages"]) else "4"
+        return json.dumps({"positive": [f"the sum is {said}"],
+                           "negative": [f"stopping at {said} unchecked"]})  # fmt: skip
+    return split_replies(body, index)
+
+
+@pytest.mark.parametrize(
+    ("variant", "shown", "filed"),
+    [("rse", {"4", "5"}, 2), ("rse:conf-split", {"4"}, 1), ("rse:conf-agree", {"4"}, 2)],
+)
+async def test_rse_propositions_follow_the_confidence_weighted_vote(variant, shown, filed):
+    """Six unsure rollouts say 4, two sure ones 5; weighted by confidence 4 still leads.
+    conf-split files the confident minority's propositions as nothing (its pitfalls stay);
+    conf-agree files them but shows a proposition only while its rollouts side with the
+    running weighted vote; plain RSE shows both."""
+    from rse_fast.encoder import Encoder
+    from rse_fast.prompts import PROPOSITIONS_HEADER, is_distillation
+
+    encoder = Encoder(providers=["CPUExecutionProvider"])
+    config = {"settle_margin": None, "confidence_top_logprobs": 5}
+    server = ScriptedServer(default_reply=rse_items_replies)
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        method = make_method(variant, parallel=8, max_tokens=32, k=8, max_rounds=2,
+                             encoder=encoder, config=config)  # fmt: skip
+        res = await method.run(PROBLEM, 6000, c)
+    guided = [b["messages"][0]["content"] for b in srv.requests
+              if not is_distillation(b["messages"]) and PROPOSITIONS_HEADER in
+              b["messages"][0]["content"]]  # fmt: skip
+    assert guided, "round 2 was guided"
+    propositions = guided[0].split(PROPOSITIONS_HEADER, 1)[1]
+    assert {a for a in "45" if f"the sum is {a}" in propositions} == shown
+    assert res.meta["bank_sizes"]["positive"] == filed
+    assert res.meta["bank_sizes"]["negative"] >= 1  # the minority's pitfalls are kept
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"distill_confident_share": 0.5}, {"propositions_from_confident": True},
+     {"bank_follows_vote": True}],
+)  # fmt: skip
+def test_an_rse_rule_that_reads_confidence_needs_logprobs_asked_for(fields):
+    from rse_fast.rse import RSEConfig
+
+    with pytest.raises(ValueError, match=f"{next(iter(fields))} needs confidence_top_logprobs"):
+        RSEConfig(**fields)
+    RSEConfig(**fields, confidence_top_logprobs=5)
