@@ -16,7 +16,8 @@ pass the stated examples: a function of sc's pool, replayed through the library'
 filter, no second sampling), ``bon+filter`` (best-of-N with the model as verifier, the pick
 among passing samples), ``reflexion`` (one retry per failing sample, its failure shown),
 ``rse`` (plain), ``rse+check`` (failures on the stated examples filed as grounded pitfalls,
-the final pick filtered as sc+filter's). All in cap mode: no run spends past its budget.
+the final pick filtered as sc+filter's), ``rse+check:passing`` (also a passing rollout's
+code filed as a verified proposition). All in cap mode: no run spends past its budget.
 Runs use ``bench/rse_ablation.py``'s cells, exported trees and resumable chunks.
 """
 
@@ -51,6 +52,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "reflexion": ("reflexion", CAP),
     "rse": ("rse", CAP),
     "rse+check": ("rse", {**CAP, "checker": "visible"}),
+    "rse+check:passing": ("rse:passing", {**CAP, "checker": "visible"}),
     "rse+arith": ("rse", {**CAP, "checker": "arithmetic"}),
 }
 
@@ -59,6 +61,7 @@ CELLS = load_cells("rse_grounded", Cell)
 CELL_PART = {
     "dev-he-0.5b": "dev",
     "dev-he-1.5b": "dev",
+    "dev-he-passing-0.5b": "dev",
     "test-he-0.5b": "test-0.5b",
     "test-he-1.5b": "test-1.5b",
 }

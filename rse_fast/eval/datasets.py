@@ -275,14 +275,16 @@ def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> Visib
     tests = problem.meta.get("visible_tests")
     if not tests:
         return None
+    code = humaneval_code(problem, text)
     result = run_tests(
-        humaneval_code(problem, text),
+        code,
         tests,
         problem.meta["entry_point"],
         helpers=problem.meta["stub"],
         limits=Limits(timeout_s=timeout_s),
     )
-    return VisibleResult(result.passed, result.detail)
+    examples = int(problem.meta.get("visible_examples") or 0)
+    return VisibleResult(result.passed, result.detail, code=code, examples=examples)
 
 
 def run_humaneval(problem: Problem, text: str, timeout_s: float = 10.0) -> float:

@@ -59,11 +59,12 @@ def make_method(name: str, **options: Any) -> Method:
             ``last`` (the answer from guided rounds, or the last round, only), ``pasted``
             (distillation as a fresh prompt pasting the rollout), ``grounded`` (no model
             distillation: with ``checker="visible"``, the bank holds what running the code
-            showed), ``conf-distill`` (only the more confident half of a round is distilled,
-            by the model's own token probabilities), ``conf-split`` (propositions only from
-            confident rollouts that side with the round's confidence-weighted vote, pitfalls
-            from the rest), ``conf-agree`` (a proposition is shown only while its rollouts
-            side with the running confidence-weighted vote).
+            showed), ``passing`` (with ``checker="visible"``: a passing rollout's code is
+            filed as a verified proposition), ``conf-distill`` (only the more confident half
+            of a round is distilled, by the model's own token probabilities), ``conf-split``
+            (propositions only from confident rollouts that side with the round's
+            confidence-weighted vote, pitfalls from the rest), ``conf-agree`` (a proposition
+            is shown only while its rollouts side with the running confidence-weighted vote).
         options: the family's keyword options (``parallel``, ``max_tokens``, ``temperature``,
             ``seed`` for all; ``judge`` for bon/beam/particle; ``k``, ``encoder`` for rse, …).
 

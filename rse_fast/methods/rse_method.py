@@ -49,6 +49,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "pasted": {"distill_continues": False},  # the distillation prompt before 2026-12-03
     # experience from running the code alone (with checker="visible"): no model distillation
     "grounded": {"distill_with_model": False},
+    # with checker="visible": a passing rollout's code is filed as a verified proposition
+    "passing": {"file_passing_code": True},
     # distill only the more confident half of a round (its rollouts ask for logprobs)
     "conf-distill": {"confidence_top_logprobs": 5, "distill_confident_share": 0.5},
     # propositions only from a round's confident rollouts that side with its weighted vote;
@@ -194,7 +196,11 @@ class RSEMethod(Method):
         checker = self.checker
         if checker == "visible":
             found = problem.visible_check
-            checker = CodeExamplesChecker(found) if found is not None else None
+            checker = (
+                CodeExamplesChecker(found, file_passing=cfg.file_passing_code)
+                if found is not None
+                else None
+            )
         engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=checker)
         if self.stop_epsilon is not None:
             epsilon = self.stop_epsilon

@@ -68,10 +68,13 @@ class MethodResult:
 @dataclass(frozen=True)
 class VisibleResult:
     """A response run on the examples its problem states: passed, or the first failure
-    (the call, what came back or what it raised, and what was expected)."""
+    (the call, what came back or what it raised, and what was expected); ``code``: what ran,
+    ``examples``: how many examples it was run on."""
 
     passed: bool
     detail: str = ""
+    code: str = ""
+    examples: int = 0
 
 
 @dataclass

@@ -54,11 +54,17 @@ class CodeExamplesChecker:
     ``Problem``'s, run in the sandbox) and files a failure as a pitfall naming the call, what
     came back (or what it raised) and what was expected. Statements are not code: their
     verdict is unknown alone; the propositions distilled from a rollout that passed the stated
-    examples are verified by that run (a passing rollout files no item of its own: its code
-    is in the pool, and the filter picks among the passing)."""
+    examples are verified by that run. A passing rollout files no item of its own unless
+    ``file_passing``: then its function (docstring and comments dropped, at most
+    ``MAX_PASSING_CHARS``) becomes a verified proposition, the one fact a run that works
+    establishes."""
 
-    def __init__(self, visible_check: Callable[[str], Any]) -> None:
+    #: the longest passing function filed as a proposition (a bank line, not a program)
+    MAX_PASSING_CHARS = 900
+
+    def __init__(self, visible_check: Callable[[str], Any], file_passing: bool = False) -> None:
         self.visible_check = visible_check
+        self.file_passing = file_passing
 
     def check(self, text: str, kind: str) -> Check:
         return Check("unknown")
@@ -68,11 +74,38 @@ class CodeExamplesChecker:
         if outcome is None:
             return Observation()
         if outcome.passed:
-            return Observation(rollout=Check("verified", "its code passed the stated examples"))
+            passed = Check("verified", "its code passed the stated examples")
+            code = bare_function(getattr(outcome, "code", "")) if self.file_passing else None
+            if code is None or len(code) > self.MAX_PASSING_CHARS:
+                return Observation(rollout=passed)
+            stated = getattr(outcome, "examples", 0) or "the"
+            text = f"This code passed all {stated} examples the problem states:\n{code}"
+            return Observation([("positive", text, passed)], rollout=passed)
         detail = str(outcome.detail).removeprefix("AssertionError: ").strip()
         text = f"An attempt's code failed an example the problem states: {detail}."
         failed = Check("verified", f"ran the stated examples: {detail}")
         return Observation([("negative", text, failed)])
+
+
+def bare_function(code: str) -> str | None:
+    """``code`` with its docstrings and comments dropped (what it does, not what the problem
+    already says), or None when it does not parse."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))
+            and isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree).strip() or None
 
 
 _NUMBER = r"\(?-?\d+(?:\.\d+)?\)?"

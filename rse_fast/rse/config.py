@@ -51,6 +51,9 @@ class RSEConfig:
         bank_follows_vote: a proposition reaches a prompt only while a rollout it came from
             sides with the confidence-weighted vote over every round so far (pitfalls are
             shown as before).
+        file_passing_code: with the stated-example checker (``checker="visible"``), a
+            rollout whose code passes the examples files that code (docstring and comments
+            dropped) as a verified proposition; off: a passing rollout files nothing.
         distill_sees_votes: show the distiller how the round's answers split (its own
             samples, never a gold answer); the round's distillations then start once all its
             rollouts are in.
@@ -168,6 +171,7 @@ class RSEConfig:
     distill_confident_share: float | None = None
     propositions_from_confident: bool = False
     bank_follows_vote: bool = False
+    file_passing_code: bool = False
 
     def __post_init__(self) -> None:
         if self.rounds < 1:

@@ -214,3 +214,25 @@ async def test_a_proposition_from_a_rollout_that_passed_the_stated_examples_is_v
     # ones' unknown, and their failures filed as verified pitfalls; round 2 is not distilled
     assert res.meta["checks"] == {"verified": 4, "unknown": 2}
     assert res.meta["distilled_rounds"] == 1
+
+
+async def test_a_passing_rollouts_code_can_be_filed_as_a_verified_proposition():
+    """rse:passing: the code that passed the stated examples reaches the next round as a
+    verified proposition, without its docstring (the stated examples, but never a hidden
+    test, stay in the problem alone)."""
+    from rse_fast.prompts import PROPOSITIONS_HEADER
+
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    options = {**rse_options(), "seed": 0}
+    async with ScriptedServer(default_reply=right_on_even_seeds) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            method = make_method("rse:passing", checker="visible", **options)
+            res = await method.run(p, 20_000, c)
+    guided = [b["messages"][0]["content"] for b in srv.requests
+              if PROPOSITIONS_HEADER in b["messages"][0]["content"]]  # fmt: skip
+    assert guided and all("This code passed all 2 examples" in g for g in guided)
+    assert all("abs(a - b) < threshold" in g and ">>>" not in g for g in guided)
+    assert res.meta["checks"]["verified"] >= 4
+    hidden = [line.strip() for line in p.meta["test"].splitlines() if "assert" in line]
+    assert not any(json.dumps(h)[1:-1] in json.dumps(srv.requests) for h in hidden)

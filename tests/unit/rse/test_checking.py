@@ -9,8 +9,9 @@ import json
 import pytest
 
 from rse_fast.encoder import Encoder
+from rse_fast.methods import VisibleResult
 from rse_fast.prompts import PROPOSITIONS_HEADER
-from rse_fast.rse.checking import ArithmeticChecker, evaluate
+from rse_fast.rse.checking import ArithmeticChecker, CodeExamplesChecker, bare_function, evaluate
 from rse_fast.testing import ScriptedServer
 
 from fakes.engines import make_rse
@@ -93,3 +94,28 @@ async def test_the_report_page_shows_each_verdict_and_its_evidence(encoder):
             result = await rse.solve(PROBLEM, gold=GOLD)
     page = render_report(result.to_dict())
     assert "refuted: 27 + 15 = 42, not 32" in page and "verified: re-computed" in page
+
+
+PASSING = '''def double(xs):
+    """Doubles each item.
+    >>> double([1])
+    [2]
+    """
+    # one pass
+    return [2 * x for x in xs]
+'''
+
+
+def test_a_passing_rollout_files_its_code_only_when_asked_and_without_its_docstring():
+    ran = VisibleResult(True, code=PASSING, examples=1)
+    plain = CodeExamplesChecker(lambda text: ran).observe("reply")
+    assert plain.items == [] and plain.rollout.verdict == "verified"
+    seen = CodeExamplesChecker(lambda text: ran, file_passing=True).observe("reply")
+    [(kind, text, check)] = seen.items
+    assert kind == "positive" and check.verdict == "verified"
+    assert text.startswith("This code passed all 1 examples the problem states:")
+    assert "return [2 * x for x in xs]" in text
+    assert "Doubles" not in text and "one pass" not in text and ">>>" not in text
+    too_long = VisibleResult(True, code=PASSING + "\n" + "x = 1\n" * 400, examples=1)
+    assert CodeExamplesChecker(lambda text: too_long, file_passing=True).observe("r").items == []
+    assert bare_function("def broken(:") is None
