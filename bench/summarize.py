@@ -274,7 +274,7 @@ def render_prose(text: str) -> str:
 
 def blocks() -> dict[str, tuple[str, Callable[[], str]]]:
     """Generated blocks of bench/README.md: name → (heading, text from the JSON)."""
-    from bench import dedup, frontier, peers, rse_ablation, rse_grounded
+    from bench import dedup, eval_local, frontier, peers, rse_ablation, rse_grounded
 
     out: dict[str, tuple[str, Callable[[], str]]] = {"summary": ("## Summary", table)}
     if read_result("dedup"):
@@ -291,6 +291,12 @@ def blocks() -> dict[str, tuple[str, Callable[[], str]]]:
             "## Accuracy per cost: stopping, confidence",
             lambda: frontier.table(read_result("frontier")["cells"]),
         )
+    for part in eval_local.PARTS.values():
+        if read_result(part["result"]):
+            out[part["result"]] = (
+                f"## Beside the study: {part['title']}",
+                lambda name=part["result"]: eval_local.table(read_result(name)),
+            )
     if read_result("rse_grounded"):
         out["rse_grounded"] = (
             "## Checked experience on code",

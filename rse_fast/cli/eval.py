@@ -143,6 +143,21 @@ def merge_report(args: argparse.Namespace) -> dict[str, Any]:
     return write_report(places, out, title, cost=args.cost or cost_model("tokens"))
 
 
+async def check_grader_once(grader: Any, out: Any) -> None:
+    """The rubric grader's agreement with hand verdicts on bundled criteria, read once per
+    results directory (``grader_check.json``; the report shows it beside the table)."""
+    import json
+
+    from rse_fast.eval.grader_check import GRADER_CHECK_FILE, grader_agreement
+
+    path = out / GRADER_CHECK_FILE
+    if path.exists():
+        return
+    seen = await grader_agreement(grader, readings=2)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(seen, indent=1) + "\n")
+
+
 def budgets(args: argparse.Namespace) -> list[float]:
     """``--budgets`` as numbers in ``--budget-unit`` (whole tokens; dollars or seconds may
     be fractions); a ``ValueError`` names the first that is not a positive number."""
@@ -227,6 +242,8 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             shard=shard,
         )
         log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+        if grader is not None:
+            await check_grader_once(grader, out)
         await run_eval(ds, plan, client, encoder=encoder, progress=log)
     part = f", shard {shard.index}/{shard.count}" if shard else ""
     title = args.title or f"{ds.name}, {len(ds.problems)} problems{part}, model {model}"

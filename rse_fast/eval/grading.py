@@ -122,6 +122,13 @@ class RubricGrader:
             return score, score
         return points_score(criteria, verdicts), points_score(criteria, verdicts, clip=False)
 
+    async def criterion_met(
+        self, problem: Problem, response: str, criterion: Criterion, seed: int
+    ) -> bool | None:
+        """One reading of one met/not-met criterion (None: the grader gave no verdict)."""
+        value = await self._criterion(problem, response, criterion, False, seed)
+        return None if value is None else bool(value)
+
     async def _criterion(
         self, problem: Problem, response: str, c: Criterion, scaled: bool, seed: int
     ) -> bool | float | None:

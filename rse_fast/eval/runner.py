@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,17 @@ async def record_for(
         "grader": _grader_name(ds, plan),
         "diversity": diversity,
         "meta": {k: v for k, v in result.meta.items() if k != "scorer"},
+        "load_1m": load_1m(),
     }
+
+
+def load_1m() -> float | None:
+    """The machine's 1-minute load average when a record is written (what ran beside the
+    run: a report can tell a quiet run from a shared one); None where the OS has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 async def single_record(
@@ -172,6 +183,7 @@ async def single_record(
         "spend": spend_summary(c.ledger),
         "grade_garbage": sum(1 for x in q1 + q2 if x != x),
         "grader": _grader_name(ds, plan),
+        "load_1m": load_1m(),
     }
 
 
@@ -223,11 +235,13 @@ async def run_eval(
                 todo = [b for b in budgets if (problem.id, method.name, b) not in done]
                 if not todo:
                     continue
-                results = await _run_method(method, problem, todo, client)
-                for budget, res in zip(todo, results, strict=True):
+                runs = await _run_method(method, problem, todo, client)
+                for budget, (res, seconds) in zip(todo, runs, strict=True):
                     rec = await record_for(
                         ds, problem, res, plan, encoder, verifier_of(method), budget
                     )
+                    # model time of its own: a pool cut to a smaller budget took none (0.0)
+                    rec.update(wall_s=seconds, cut_from_larger=seconds == 0.0)
                     append_record(fh, rec)
                     tick(
                         f"{problem.id} {method.name} @{budget:g}: {rec['tokens']} tokens, "
@@ -260,11 +274,18 @@ def verifier_of(method: Method) -> str | None:
 
 async def _run_method(
     method: Method, problem: Problem, budgets: list[float], client: LLMClient
-) -> list[MethodResult]:
-    """One result per budget (in the method's unit), in order: a family that can is run once
-    at the largest and cut to the others."""
+) -> list[tuple[MethodResult, float]]:
+    """One result per budget (in the method's unit), in order, with the wall seconds its run
+    took: a family that can is run once at the largest and cut to the others (0.0 s)."""
     if method.subsamples:
         top = max(budgets)
-        full = await method.run(problem, top, client)
-        return [full if b == top else method.subsample(full, b) for b in budgets]
-    return [await method.run(problem, b, client) for b in budgets]
+        full, seconds = await _timed(method.run(problem, top, client))
+        return [(full, seconds) if b == top else (method.subsample(full, b), 0.0)
+                for b in budgets]  # fmt: skip
+    return [await _timed(method.run(problem, b, client)) for b in budgets]
+
+
+async def _timed(run: Awaitable[MethodResult]) -> tuple[MethodResult, float]:
+    t0 = time.perf_counter()
+    result = await run
+    return result, time.perf_counter() - t0

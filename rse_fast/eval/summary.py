@@ -15,6 +15,7 @@ from typing import Any
 
 from rse_fast.eval.figures import report_page, write_figures
 from rse_fast.eval.findings import budget_text, findings, findings_table
+from rse_fast.eval.grader_check import GRADER_CHECK_FILE
 from rse_fast.eval.metrics import (
     bootstrap_mean_ci,
     capture,
@@ -125,6 +126,14 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "budget_unit": recs[0].get("budget_unit", "tokens"),
                 "problems": len(recs),
                 "tokens": mean([r["tokens"] for r in recs]),
+                # wall seconds a problem's own run took (a pool cut from a larger run: none)
+                "wall_s": mean(
+                    [
+                        r["wall_s"]
+                        for r in recs
+                        if r.get("wall_s") is not None and not r.get("cut_from_larger")
+                    ]
+                ),
                 "budget_error": mean([r["budget_error"] for r in recs]),
                 **overshoot([r["budget_error"] for r in recs]),
                 "exploration_share": mean(
@@ -372,6 +381,21 @@ def markdown_table(summary: dict[str, Any]) -> str:
                 f"{p['a']}@{budget_text(p)} {100 * p['diff']:+.0f}{_ci(p['ci95'])}" for p in paired
             )
         )
+    timed = [r for r in rows if r.get("wall_s") is not None]
+    if timed:
+        notes.append(
+            "Wall seconds a problem's run took (SC and best-of-N run once at their largest "
+            "budget, cut to the smaller ones): "
+            + "; ".join(f"{r['method']}@{budget_text(r)} {r['wall_s']:.0f} s" for r in timed)
+        )
+    check = summary.get("grader_check")
+    if check and check.get("agreement") is not None:
+        notes.append(
+            f"The grader against hand verdicts on {check['items']} bundled criteria "
+            f"({check['readings']} readings): agreement {check['agreement']:.0%}"
+            f"{_ci(check['ci95'])}, {check['on_met']:.0%} where the criterion is met and "
+            f"{check['on_not_met']:.0%} where it is not; {check['garbage']} without a verdict."
+        )
     if summary.get("unreadable"):
         notes.append(f"Unreadable result lines (not counted): {', '.join(summary['unreadable'])}")
     for r in (r for r in rows if r["accuracy_per_round"]):
@@ -393,6 +417,17 @@ def summarize(records: Records, noisy: bool, cost: CostModel = TOKENS) -> dict[s
     }
 
 
+def grader_check_beside(places: list[Path]) -> dict[str, Any] | None:
+    """The grader check ``rse-fast eval`` wrote beside the first results merged, if any."""
+    for place in places:
+        folder = place if place.is_dir() else place.parent
+        path = folder / GRADER_CHECK_FILE
+        if path.exists():
+            found: dict[str, Any] = json.loads(path.read_text())
+            return found
+    return None
+
+
 def write_report(
     results: Path | Iterable[Path],
     out: Path,
@@ -410,6 +445,7 @@ def write_report(
         noisy = any(not str(r.get("grader", "exact:")).startswith("exact:") for r in records.rows)
     summary = summarize(records, noisy, cost)
     summary["findings"] = findings(summary)
+    summary["grader_check"] = grader_check_beside(places)
     table = markdown_table(summary)
     out.mkdir(parents=True, exist_ok=True)
     found = findings_table(summary["findings"])

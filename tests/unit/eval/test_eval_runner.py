@@ -61,10 +61,14 @@ async def test_runner_resumes_and_reports(tmp_path):
     for r in recs:
         if r["method"] != SINGLE:
             assert abs(r["budget_error"]) <= 0.15
+            # sc and bon run once at 1,500 and are cut to 600: the cut took no time of its own
+            assert (r["wall_s"] > 0) == (r["budget"] == 1500) == (not r["cut_from_larger"])
+        assert r["load_1m"] is None or r["load_1m"] >= 0
     bon = [r for r in recs if r["method"] == "bon"]
     assert all(r["rho_v"] is not None and r["rho_v"] > 0.9 for r in bon)  # judge knows 42
     report = write_report(plan.results_path, out, "test")
     assert "| bon | 1,500 |" in report["table"]
+    assert "Wall seconds a problem's run took" in report["table"] and "bon@1,500" in report["table"]
     row = next(r for r in report["rows"] if r["method"] == "bon")
     assert row["rho_v_kind"] == "verifier-vs-exact" and row["single_problems"] == 2
     assert (out / "quality_vs_tokens.png").stat().st_size > 1000
@@ -230,3 +234,44 @@ async def test_eval_with_unevaluable_answers_finishes_and_counts_them_undecided(
     method_rows = [r for r in records if r.get("method") == "sc"]
     assert method_rows and all(r["undecided_checks"] >= 1 for r in method_rows)
     assert all(r["final_quality"] != r["final_quality"] for r in method_rows)  # NaN, not 0
+
+
+async def test_an_open_ended_eval_checks_its_grader_on_hand_verdicts_once(tmp_path, capsys):
+    """With a rubric grader, `rse-fast eval` reads the bundled hand-checked criteria once per
+    results directory and the report says how far the grader agreed (this grader says "met"
+    only to a greeting, so it is right exactly where the criterion is not met)."""
+    data = tmp_path / "open.jsonl"
+    data.write_text(json.dumps({"id": "o", "prompt": "Greet me", "rubric": ["greets"]}))
+    out = tmp_path / "open"
+    async with ScriptedServer(default_reply=rubric_reply) as srv:
+        argv = [
+            "eval",
+            "--dataset",
+            f"jsonl:{data}",
+            "--methods",
+            "bon",
+            "--budgets",
+            "800",
+            "--base-url",
+            srv.base_url,
+            "--model",
+            "m",
+            "--grader-url",
+            srv.base_url,
+            "--single-samples",
+            "1",
+            "--max-tokens",
+            "64",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+        assert await asyncio.to_thread(main, argv) == 0
+        asked = len(srv.requests)
+        assert await asyncio.to_thread(main, argv) == 0  # resumed: no cell, no check again
+        assert len(srv.requests) == asked
+    check = json.loads((out / "grader_check.json").read_text())
+    assert (check["on_met"], check["on_not_met"], check["garbage"]) == (0.0, 1.0, 0)
+    table = capsys.readouterr().out
+    assert "The grader against hand verdicts on 12 bundled criteria" in table
+    assert "0% where the criterion is met and 100% where it is not" in table
