@@ -134,6 +134,7 @@ class Vote:
     total: int
     clusters: list[tuple[str, int]] = field(default_factory=list)
     weight: float = 0.0  # summed weight of the winning cluster (its count when unweighted)
+    masses: list[float] = field(default_factory=list)  # each cluster's summed weight
 
     @property
     def share(self) -> float:
@@ -175,5 +176,10 @@ def majority_vote(
         return Vote(None, 0, total)
     best = max(range(len(reps)), key=lambda j: (mass[j], counts[j], -j))
     return Vote(
-        reps[best], counts[best], total, list(zip(reps, counts, strict=True)), weight=mass[best]
+        reps[best],
+        counts[best],
+        total,
+        list(zip(reps, counts, strict=True)),
+        weight=mass[best],
+        masses=mass,
     )

@@ -18,6 +18,7 @@ from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import (
     ConfidenceRule,
     answers_settled,
+    confidence_weights,
     confident_vote,
     passing_visible,
     valid_epsilon,
@@ -203,8 +204,10 @@ class RSEMethod(Method):
             )
         engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=checker)
         if self.stop_epsilon is not None:
-            epsilon = self.stop_epsilon
-            engine.settling.stop_rule = lambda answers: answers_settled(answers, epsilon)
+            epsilon, weighted = self.stop_epsilon, self.weighs_by_confidence
+            engine.settling.stop_rule = lambda answers, confidences: answers_settled(
+                answers, epsilon, weights=confidence_weights(confidences) if weighted else None
+            )
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
@@ -323,8 +326,17 @@ class RSEMethod(Method):
         """Whether the answers of every round so far are settled by ``stop_epsilon``."""
         if self.stop_epsilon is None:
             return False
-        answers = [x.answer for rr in rounds for x in rr.rollouts if x.error is None]
-        return answers_settled(answers, self.stop_epsilon, int(still_possible))
+        done = [x for rr in rounds for x in rr.rollouts if x.error is None]
+        weights = (
+            confidence_weights([x.confidence for x in done]) if self.weighs_by_confidence else None
+        )
+        return answers_settled([x.answer for x in done], self.stop_epsilon, int(still_possible),
+                               weights)  # fmt: skip
+
+    @property
+    def weighs_by_confidence(self) -> bool:
+        """Whether the final vote, and so the stop, weighs rollouts by their confidence."""
+        return self.confidence is not None and self.confidence.weighted
 
     def _measure(
         self, records: list[Any], shown: int, roll: float, dist: float

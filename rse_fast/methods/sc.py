@@ -81,10 +81,17 @@ class SelfConsistency(Method):
 
     def _settled(self, problem: Problem) -> Any:
         if not problem.tools:
-            return beta_settled(self.stop_epsilon) if self.stop_epsilon else vote_settled
+            if not self.stop_epsilon:
+                return vote_settled
+            return beta_settled(self.stop_epsilon, weighted=self.weighs_by_confidence)
         return lambda pool, left: settled(
             list(Counter(tool_call_key(c.tool_calls, self.tool_vote) for c in pool).values()), left
         )
+
+    @property
+    def weighs_by_confidence(self) -> bool:
+        """Whether the final vote, and so the stop, weighs samples by their confidence."""
+        return self.confidence is not None and self.confidence.weighted
 
     def check_problem(self, problem: Problem) -> None:
         if problem.open_ended and not problem.tools:

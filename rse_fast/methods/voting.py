@@ -33,7 +33,7 @@ def vote_final(pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]
     return final, {"votes": vote.count, "voters": vote.total}
 
 
-def settled(counts: Sequence[int], still_possible: int) -> bool:
+def settled(counts: Sequence[float], still_possible: int) -> bool:
     """True when no outcome of the ``still_possible`` votes left can change the winner."""
     ranked = sorted(counts, reverse=True)
     if not ranked:
@@ -53,24 +53,46 @@ def valid_epsilon(epsilon: float | None) -> float | None:
     return epsilon
 
 
-def beta_settled(epsilon: float) -> Callable[[list[Candidate], int], bool]:
+def beta_settled(epsilon: float, weighted: bool = False) -> Callable[[list[Candidate], int], bool]:
     """The statistical stop: the leader is the mode of the top two at ``1 - epsilon``
-    (Adaptive-Consistency's Beta criterion), or no vote left can change the winner."""
+    (Adaptive-Consistency's Beta criterion), or no vote left can change the winner;
+    ``weighted``: votes count by the samples' confidence (:func:`confidence_weights`)."""
 
     def check(pool: list[Candidate], still_possible: int) -> bool:
-        return answers_settled([c.answer for c in pool], epsilon, still_possible)
+        weights = (
+            confidence_weights([c.scores.get("confidence") for c in pool]) if weighted else None
+        )
+        return answers_settled([c.answer for c in pool], epsilon, still_possible, weights)
 
     return check
 
 
+def confidence_weights(confidences: Sequence[float | None]) -> list[float] | None:
+    """Votes weighted by confidence, scaled to a mean of 1, so the Beta criterion counts
+    effective votes rather than confidence units (a vote without a confidence weighs the
+    mean); None when no vote has one (the plain count then decides)."""
+    known = [c for c in confidences if c is not None and c == c and c > 0]
+    if not known:
+        return None
+    fill = sum(known) / len(known)
+    weights = [c if c is not None and c == c and c > 0 else fill for c in confidences]
+    mean_weight = sum(weights) / len(weights)
+    return [w / mean_weight for w in weights]
+
+
 def answers_settled(
-    answers: Sequence[str | None], epsilon: float, still_possible: int | None = None
+    answers: Sequence[str | None],
+    epsilon: float,
+    still_possible: int | None = None,
+    weights: Sequence[float] | None = None,
 ) -> bool:
-    """The statistical stop over final answers (and the exact one, given the votes left)."""
-    counts = [n for _, n in majority_vote(list(answers)).clusters]
-    if still_possible is not None and settled(counts, still_possible):
+    """The statistical stop over final answers (and the exact one, given the votes left:
+    with ``weights``, each vote left counted at the mean weight, 1)."""
+    vote = majority_vote(list(answers), weights=weights)
+    votes = vote.masses if weights is not None else [float(n) for _, n in vote.clusters]
+    if still_possible is not None and settled(votes, still_possible):
         return True
-    return len(answers) >= 2 and statistically_settled([float(n) for n in counts], epsilon)
+    return len(answers) >= 2 and statistically_settled(votes, epsilon)
 
 
 def confident_vote(

@@ -351,6 +351,7 @@ class RSE:
         t_end = time.perf_counter()
         records = [o.record for o in outcomes]
         self.settling.earlier_answers += [x.answer for x in records if x.error is None]
+        self.settling.earlier_confidences += [x.confidence for x in records if x.error is None]
         vote = await off_loop(majority_vote, [x.answer for x in records])
         graded = [x.correct for x in records if x.error is None]
         result = RoundResult(

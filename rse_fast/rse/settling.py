@@ -20,19 +20,24 @@ class Settling:
         self.config, self.bank_wanted = config, bank_wanted
         #: a stop over the answers of every round so far (``RSEMethod``'s ``stop_epsilon``):
         #: a round whose answers settle it is not distilled (no later round would read it)
-        self.stop_rule: Callable[[list[str | None]], bool] | None = None
+        self.stop_rule: Callable[[list[str | None], list[float | None]], bool] | None = None
         self.earlier_answers: list[str | None] = []
+        self.earlier_confidences: list[float | None] = []
 
-    def stops_here(self, answers: list[str | None]) -> bool:
+    def stops_here(self, answers: list[str | None], confidences: list[float | None]) -> bool:
         assert self.stop_rule is not None
-        return self.stop_rule(self.earlier_answers + answers)
+        return self.stop_rule(
+            self.earlier_answers + answers, self.earlier_confidences + confidences
+        )
 
     async def round_needs_no_bank(self, r: int, split: RoundSplit) -> bool:
         """Whether no later round would read round ``r``'s bank: its vote settles round 1,
         or its answers settle the stop (each asked once for the whole round)."""
         if self.may_settle(r) and await split.settled(self.settles, "settle"):
             return True
-        return self.stop_rule is not None and await split.settled(self.stops_here, "stop")
+        return self.stop_rule is not None and await split.settled(
+            lambda answers: self.stops_here(answers, split.confidences), "stop"
+        )
 
     def is_settled(self, first: RoundResult) -> bool:
         """Whether round 1's vote is settled by ``settle_margin`` (the winner's share minus

@@ -68,6 +68,25 @@ def test_the_beta_stop_needs_a_clear_lead():
     assert math.isclose(beta_leader_probability(3, 3), 0.5, abs_tol=1e-6)
 
 
+def test_a_confidence_weighted_stop_counts_effective_votes():
+    """Three unsure votes for 4 and two sure ones for 5: by count 4 leads and nothing is
+    settled; weighted (scaled to a mean of 1, so five votes stay five) 5 leads and, at
+    ε = 0.1, is settled. A vote without a confidence weighs the mean; none at all: counts."""
+    from rse_fast.methods import Candidate
+    from rse_fast.methods.voting import answers_settled, beta_settled, confidence_weights
+
+    answers, sure = ["4", "4", "4", "5", "5"], [1.0, 1.0, 1.0, 10.0, 10.0]
+    weights = confidence_weights(sure)
+    assert weights is not None and sum(weights) == pytest.approx(5.0)
+    assert not answers_settled(answers, 0.1)
+    assert answers_settled(answers, 0.1, weights=weights)
+    assert not answers_settled(answers, 0.05, weights=weights)  # 0.94 < 0.95
+    assert confidence_weights([None, 2.0, 4.0]) == pytest.approx([1.0, 2 / 3, 4 / 3])
+    assert confidence_weights([None, None]) is None
+    pool = [Candidate(a, a, scores={"confidence": c}) for a, c in zip(answers, sure, strict=True)]
+    assert beta_settled(0.1, weighted=True)(pool, 3) and not beta_settled(0.1)(pool, 3)
+
+
 PROBLEM = Problem("p", "What is 2 + 2?", "4")
 
 
@@ -113,6 +132,23 @@ def split_replies(body: dict, index: int) -> Reply:
     if seed % 8 < 2:
         return Reply(content="It is \\boxed{5}.", token_probability=0.99)
     return Reply(content="Maybe it is \\boxed{4}.", token_probability=0.3)
+
+
+async def test_sc_stops_by_the_vote_it_will_return_weighted_where_it_weighs():
+    """Two sure samples in eight say 5, six unsure ones 4. Counted, 4 leads 6 to 2 and the
+    stop ends the run after two waves; weighted by confidence the two answers weigh about
+    the same, so the stop waits, and the weighted vote it returns says 5."""
+    async with (
+        ScriptedServer(default_reply=split_replies) as srv,
+        LLMClient(srv.base_url, "m") as c,
+    ):
+        options = {"parallel": 4, "max_tokens": 32, "stop_epsilon": 0.1}
+        counted = await make_method("sc", **options).run(PROBLEM, 40 * 32, c)
+        rule = ConfidenceRule(weighted=True, window=4)
+        weighed = await make_method("sc", confidence=rule, **options).run(PROBLEM, 40 * 32, c)
+    assert counted.meta["early_stop"]["stopped"] and len(counted.pool) == 8
+    assert counted.final.answer == "4" and weighed.final.answer == "5"
+    assert len(weighed.pool) >= 3 * len(counted.pool)
 
 
 @pytest.mark.parametrize("logprobs", [True, False])
