@@ -178,23 +178,29 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         "rse_checked_vs_rse": ("rse+check", "rse"),
         "rse_vs_sc": ("rse", "sc"),
         "rse_recomputed_vs_rse": ("rse+arith", "rse"),
+        "rse_passing_vs_rse_checked": ("rse+check:passing", "rse+check"),
     }
     for key, (a, b) in pairs.items():
         if a in score and b in score:
             diff, ci = paired_difference(score[a], score[b])
             out[key] = {"diff": diff, "ci95": list(ci)}
-    checked = "rse+check" if "rse+check" in recs else "rse+arith" if "rse+arith" in recs else None
-    if checked is not None:
-        base = "sc" if cell.task == HE else "rse"
-        # on code a guided sample is scored by the stated examples it passes, the check it
-        # was guided by; on arithmetic by its answer
-        out["guided_vs_baseline_sample"] = {
+    base = "sc" if cell.task == HE else "rse"
+    guided = {  # on code a guided sample is scored by the stated examples it passes, the
+        # check it was guided by; on arithmetic by its answer
+        m: {
             **guided_vs_sc_samples(
-                ds, {p.id: p for p in chosen}, recs[checked], recs[base],
-                [p.id for p in chosen], cell.k, visible_passes if cell.task == HE else None,
+                ds, {p.id: p for p in chosen}, recs[m], recs[base], [p.id for p in chosen],
+                cell.k, visible_passes if cell.task == HE else None,
             ),
             "measure": "stated examples passed" if cell.task == HE else "answer right",
-        }  # fmt: skip
+            "against": base,
+        }
+        for m in ("rse+check", "rse+check:passing", "rse+arith") if m in recs and base in recs
+    }  # fmt: skip
+    checked = next(iter(guided), None)
+    if checked is not None:
+        out["guided_vs_baseline_sample"] = guided[checked]
+        out["guided_by_method"] = guided
         out["checks"] = verdicts([recs[checked][p.id] for p in chosen])
     out["per_problem"] = {m: dict(zip([p.id for p in chosen], s, strict=True))
                           for m, s in score.items()}  # fmt: skip
