@@ -103,20 +103,44 @@ def machine() -> dict[str, Any]:
     }
 
 
+def measured_on(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The machine a summary's cells ran on (each cell keeps the machine it started on): the
+    first cell's, with the highest load any cell started under, and the other CPUs named
+    where cells ran on several; None without cells."""
+    machines = [c["machine"] for c in cells if c.get("machine")]
+    if not machines:
+        return None
+    first = dict(machines[0])
+    loads = [m["load_avg_1m"] for m in machines if m.get("load_avg_1m") is not None]
+    first["load_avg_1m"] = max(loads) if loads else None
+    others = sorted({str(m.get("cpu")) for m in machines} - {str(first.get("cpu"))})
+    if others:
+        first["also_on"] = others
+    return first
+
+
 def read_result(name: str) -> dict[str, Any]:
     """The committed ``results/<name>.json`` ({} when it has not been written)."""
     path = RESULTS / f"{name}.json"
     return dict(json.loads(path.read_text())) if path.exists() else {}
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
+def write_result(
+    name: str, payload: dict[str, Any], measured_on: dict[str, Any] | None = None
+) -> Path:
+    """``results/<name>.json``: the payload, the machine and when. A summary of records
+    measured earlier (model cells) passes the machine they were measured on
+    (``measured_on``: a cell's ``machine``), and says when it was summarized: the machine
+    summarizing them is not what the numbers ran on."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {
-        "machine": machine(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        **payload,
-    }
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    stamp = (
+        {"machine": machine(), "measured_at": now}
+        if measured_on is None
+        else {"machine": measured_on, "summarized_at": now}
+    )
+    payload = {**stamp, **payload}
     path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
     return path
 

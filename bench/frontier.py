@@ -28,6 +28,7 @@ from typing import Any
 from bench.common import (
     load_cells,
     machine,
+    measured_on,
     read_jsonl,
     read_result,
     replace_readme_block,
@@ -329,13 +330,20 @@ def pooled_targets(cells: list[dict[str, Any]]) -> dict[str, Any]:
         "problems": len(sc_acc),
         "savings_at_sc_accuracy": savings,
         "best_vs_sc_equal_cost": {"diff": diff, "ci95": list(ci), "by_budget": per_budget},
-        "rse_conf_vs_sc_conf": {
-            "diff": None,
-            "ci95": None,
-            "why": "not run: RSE changes what is sampled, so it needs live runs (no pool "
-            "replay), and none fitted in this session",
-        },
+        "rse_conf_vs_sc_conf": rse_conf_vs_sc_conf(),
     }
+
+
+def rse_conf_vs_sc_conf() -> dict[str, Any]:
+    """RSE with the confidence signal against SC with the same signal: RSE changes what is
+    sampled, so it runs live (rse_ablation's cells with ``options.confidence``), not from
+    these pools; read from rse_ablation.json's test cells."""
+    found = ((read_result("rse_ablation") or {}).get("pooled") or {}).get("rse_conf_vs_sc_conf")
+    if found and found.get("problems"):
+        return {**found, "from": "rse_ablation.json, test cells run with the confidence rule"}
+    why = ("not run yet: the live cells are rse_ablation's dev-conf-three-0.5b (dev), then a "
+           "test cell on a fresh seed")  # fmt: skip
+    return {"diff": None, "ci95": None, "why": why}
 
 
 def summarize() -> None:
@@ -378,7 +386,7 @@ def summarize() -> None:
         "pooled": pooled_targets(cells),
         "distill_cached_share": cache.get("distill_cached_share"),
     }
-    write_result("frontier", payload)
+    write_result("frontier", payload, measured_on(cells))
     replace_readme_block("frontier", table(cells), "## Accuracy per cost: stopping, confidence")
     print(table(cells))
 

@@ -43,6 +43,7 @@ from typing import Any
 from bench.common import (
     load_cells,
     machine,
+    measured_on,
     module_command,
     read_jsonl,
     replace_readme_block,
@@ -341,6 +342,7 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         "task": cell.task,
         "seed": cell.seed,
         "budget_tokens": cell.budget,
+        "options": cell.options,
         "k": cell.k,
         "max_tokens": cell.max_tokens,
         "problems": len(ids),
@@ -420,27 +422,51 @@ def _mean_roles(rows: list[dict[str, Any]]) -> dict[str, float]:
     return roles
 
 
-def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """RSE − SC over every test cell's problems, paired by problem."""
-    a: list[float] = []
-    b: list[float] = []
+def with_confidence(cell: dict[str, Any]) -> bool:
+    """Whether every method of a cell ran with the confidence rule (sc then is sc with the
+    same signal): such cells answer RSE+confidence against SC+confidence, pooled apart."""
+    return bool((cell.get("options") or {}).get("confidence"))
+
+
+def paired_over(cells: list[dict[str, Any]], a: str, b: str) -> dict[str, Any]:
+    """``a`` − ``b`` over the given cells' problems, paired by problem."""
+    x: list[float] = []
+    y: list[float] = []
     for c in cells:
-        if c["split"] != "test" or "rse" not in c["per_problem"]:
-            continue
-        ids = list(c["per_problem"]["rse"])
-        a += [c["per_problem"]["rse"][i] for i in ids]
-        b += [c["per_problem"]["sc"][i] for i in ids]
-    if not a:
-        return {"rse_vs_sc": {"diff": None, "ci95": [None, None]}, "problems": 0}
-    diff, ci = paired_difference(a, b)
+        if a in c["per_problem"] and b in c["per_problem"]:
+            ids = list(c["per_problem"][a])
+            x += [c["per_problem"][a][i] for i in ids]
+            y += [c["per_problem"][b][i] for i in ids]
+    if not x:
+        return {"diff": None, "ci95": [None, None], "problems": 0}
+    diff, ci = paired_difference(x, y)
+    return {"diff": diff, "ci95": list(ci), "problems": len(x)}
+
+
+def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """RSE − SC over every plain test cell's problems, paired by problem; RSE − SC where both
+    ran with the confidence rule, over those test cells apart (issue 40's
+    ``rse_conf_vs_sc_conf``)."""
+    tests = [c for c in cells if c["split"] == "test"]
+    plain = [c for c in tests if not with_confidence(c)]
+    conf = paired_over([c for c in tests if with_confidence(c)], "rse", "sc")
+    both = paired_over(plain, "rse", "sc")
+    if not both["problems"]:
+        return {"rse_vs_sc": {"diff": None, "ci95": [None, None]}, "problems": 0,
+                "rse_conf_vs_sc_conf": conf}  # fmt: skip
     reach: dict[str, Any] = {}
     for group in ("shown", "not_shown"):
-        tests = [c for c in cells if c["split"] == "test" and "bank_reach" in c]
+        tests = [c for c in plain if "bank_reach" in c]
         parts = [c["bank_reach"][group] for c in tests]
         n = sum(x["problems"] for x in parts)
         total = sum(x["diff"] * x["problems"] for x in parts if x["problems"])
         reach[group] = {"diff": total / n if n else None, "problems": n}
-    return {"rse_vs_sc": {"diff": diff, "ci95": list(ci)}, "problems": len(a), "bank_reach": reach}
+    return {
+        "rse_vs_sc": {"diff": both["diff"], "ci95": both["ci95"]},
+        "problems": both["problems"],
+        "bank_reach": reach,
+        "rse_conf_vs_sc_conf": conf,
+    }
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -540,7 +566,7 @@ def summarize() -> None:
     cells = [c for c in done if c["split"] != "probe"]  # each compares RSE with SC
     probes = [c for c in done if c["split"] == "probe"]  # SC alone: where a task sits
     summary = {"cells": cells, "probes": probes, "pooled": pooled(cells)}
-    write_result("rse_ablation", summary)
+    write_result("rse_ablation", summary, measured_on(cells + probes))
     replace_readme_block(
         "rse_ablation", table(summary), "## RSE at equal tokens: dev and test cells"
     )

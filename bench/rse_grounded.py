@@ -32,7 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from bench.common import load_cells, write_result
+from bench.common import load_cells, measured_on, write_result
 from bench.rse_ablation import Cell, CellRecords, guided_vs_sc_samples, run_cell
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
@@ -238,7 +238,7 @@ def summarize() -> dict[str, Any]:
         "calibration": [c for c in done if c["split"] == "probe"],
     }
     summary["pooled"] = pooled(summary["cells"])
-    write_result("rse_grounded", summary)
+    write_result("rse_grounded", summary, measured_on(done))
     return summary
 
 

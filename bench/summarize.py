@@ -225,7 +225,7 @@ def table() -> str:
         )
     for kind, files in machines.items():
         lines.append(f"\nMachine: {kind}; load per file: {', '.join(files)}.")
-    when = sorted(d.get("measured_at", "") for d in loaded.values())
+    when = sorted(d["measured_at"] for d in loaded.values() if "measured_at" in d)
     if when:
         lines.append(f"Measured {when[0]} to {when[-1]}.")
     return "\n".join(lines)

@@ -165,3 +165,32 @@ def test_cells_are_data_each_saying_why_and_a_bad_one_is_named(tmp_path, monkeyp
     (tmp_path / "b.toml").write_text('[cells."c-0.5b"]\ntask = "hard"\n')
     with pytest.raises(ValueError, match=r"cell 'c-0\.5b' of b: unknown task 'hard'"):
         common.load_cells("b", rse_ablation.Cell)
+
+
+def test_cells_run_with_the_confidence_rule_are_pooled_apart() -> None:
+    """RSE − SC over plain test cells stays what it was when a confidence cell lands; the
+    confidence cells answer rse_conf_vs_sc_conf on their own."""
+    from bench.rse_ablation import pooled
+
+    def cell(rse: list[float], sc: list[float], options: dict) -> dict:
+        ids = [f"p{i}" for i in range(len(rse))]
+        scores = {"rse": dict(zip(ids, rse, strict=True)), "sc": dict(zip(ids, sc, strict=True))}
+        return {"split": "test", "options": options, "per_problem": scores}
+
+    plain = cell([1, 0, 1, 1], [1, 0, 0, 1], {})
+    conf = cell([0, 0, 0], [1, 1, 1], {"confidence": True})
+    alone, together = pooled([plain]), pooled([plain, conf])
+    assert together["rse_vs_sc"] == alone["rse_vs_sc"] and together["problems"] == 4
+    assert together["rse_conf_vs_sc_conf"]["diff"] == -1.0
+    assert together["rse_conf_vs_sc_conf"]["problems"] == 3
+    assert alone["rse_conf_vs_sc_conf"]["problems"] == 0
+
+
+def test_a_summary_names_the_machine_its_cells_ran_on_not_the_one_summarizing() -> None:
+    from bench.common import measured_on
+
+    intel = {"cpu": "Intel", "cores": 2, "load_avg_1m": 1.0}
+    amd = {"cpu": "AMD", "cores": 2, "load_avg_1m": 2.5}
+    found = measured_on([{"machine": intel}, {"machine": amd}, {"machine": intel}])
+    assert found == {"cpu": "Intel", "cores": 2, "load_avg_1m": 2.5, "also_on": ["AMD"]}
+    assert measured_on([]) is None
