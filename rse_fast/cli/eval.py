@@ -45,7 +45,13 @@ def add_parser(sub: Any) -> None:
         "time (the server's seconds; measured on each problem's single samples first)",
     )
     p.add_argument("--limit", type=int_in(1, 1_000_000), default=20, help="problems (seeded)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the problem sample's seed; a gym: task draws problem i from seed + i, so runs "
+        "meant to share no problem need seeds further apart than --limit",
+    )
     p.add_argument(
         "--shard",
         help="i/N: run only shard i of N (problems split by a hash of their id), writing "

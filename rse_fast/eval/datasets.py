@@ -97,7 +97,9 @@ def load_mmath(tier: str, limit: int | None, seed: int) -> Dataset:
 
 
 def load_gym(task: str, limit: int | None, seed: int) -> Dataset:
-    """``task`` may carry generator settings: ``basic_arithmetic?max_terms=3&max_digits=2``."""
+    """``task`` may carry generator settings: ``basic_arithmetic?max_terms=3&max_digits=2``.
+    reasoning-gym draws problem i from ``Random(seed + i)``: seeds closer than ``limit``
+    share problems (shifted by one), so disjoint sets need seeds further apart than that."""
     try:
         import reasoning_gym
     except ImportError:
