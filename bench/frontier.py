@@ -10,8 +10,12 @@ rules (plain SC at a budget, SC that stops once its vote is settled, SC over the
 confident rollouts, SC weighted by confidence) are replayed from the pools by drawing sample
 orders, as the published methods evaluate them; each is charged the cost of the samples it
 drew, in ``tokens`` (every token alike, as the study counts) and in ``time`` (the server's
-own prefill + decode seconds). Methods that change what is sampled (online termination, RSE)
-need live runs and are not in these cells. Cells get their own seeds (no problem is shared);
+own prefill + decode seconds). The online rule (DeepConf's: the first wave sets a threshold,
+a later sample is stopped once its window confidence falls below it) only cuts samples
+short, so it replays too: the library's own gate finds where each stored sample would have
+been stopped, and the sample is charged up to there (its prompt, the tokens before the stop
+and that share of its decode time). RSE changes what is sampled and runs live
+(rse_ablation). Cells get their own seeds (no problem is shared);
 dev cells choose every rule's setting, test cells report once.
 """
 
@@ -39,12 +43,13 @@ from rse_fast.answers.confidence import (
     keep_most_confident,
     rollout_confidence,
     token_confidences,
+    window_means,
 )
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 from rse_fast.llm import LLMClient
 from rse_fast.methods import Candidate
-from rse_fast.methods.voting import beta_settled
+from rse_fast.methods.voting import ConfidenceRule, OnlineGate, beta_settled
 
 HERE = Path(__file__).parent
 WORK = HERE / "results" / "frontier"
@@ -144,6 +149,8 @@ def vote(samples: list[dict[str, Any]], weights: list[float] | None = None) -> f
 
 
 def confidence_of(sample: dict[str, Any], measure: str, window: int) -> float | None:
+    if not sample["confidence"]:
+        return None
     summary = rollout_confidence(sample["confidence"], window=window, tail=window)
     return summary.measure(measure) if summary else None
 
@@ -159,12 +166,51 @@ class Rule:
     weighted: bool = False  # votes weighted by confidence
     measure: str = "lowest_window"
     window: int = 32
+    online: bool = False  # DeepConf's online rule: later samples stopped once unsure
 
 
-def play(rule: Rule, order: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
-    """The grade the rule ends with on one drawn order, and the samples it paid for. The stop
-    is the library's (``methods.voting.beta_settled``): the Beta criterion, or no vote left
-    can change the winner."""
+#: the online rule's warm-up: the first wave, as sc sends it on the server's four slots
+WARMUP = 4
+
+
+def stopped_where(conf: list[float] | None, gate: OnlineGate) -> int | None:
+    """The token at which the library's online gate stops a streaming sample (None: never):
+    the first ``t`` at which ``gate.unsure(conf[:t])`` holds, found in one pass over the
+    sample's window means (the same test: the last ``window`` tokens' mean below the
+    threshold). Online termination only cuts a sample short: up to the stop it streams what
+    it would have streamed, so a stored sample replays it."""
+    w, threshold = gate.rule.window, gate.threshold
+    if not conf or threshold is None or len(conf) < w:
+        return None
+    means = window_means(conf, w)
+    return next((i + w for i, m in enumerate(means) if m < threshold), None)
+
+
+def cut_at(sample: dict[str, Any], t: int) -> dict[str, Any]:
+    """A sample stopped after ``t`` generated tokens: paid up to there, no answer."""
+    share = t / max(1, sample["completion_tokens"])
+    return {**sample, "answer": None, "correct": 0.0, "completion_tokens": t, "confidence": None,
+            "decode_s": (sample["decode_s"] or 0.0) * share, "stopped": True}  # fmt: skip
+
+
+def online_draws(rule: Rule, order: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples the online rule pays for: the warm-up whole (it sets the threshold, as
+    ``OnlineGate`` sets it from the first wave), each later one cut where the gate stops it."""
+    gate = OnlineGate(ConfidenceRule(keep=rule.keep, window=rule.window, online=True))
+    drawn = list(order[: min(WARMUP, rule.k)])
+    for s in drawn:
+        summary = rollout_confidence(s["confidence"], rule.window, 1) if s["confidence"] else None
+        if summary is not None:
+            gate.warmup.append(summary.lowest_window)
+    gate.ready()
+    for s in order[len(drawn) : rule.k]:
+        t = stopped_where(s["confidence"], gate)
+        drawn.append(s if t is None else cut_at(s, t))
+    return drawn
+
+
+def stopping_draws(rule: Rule, order: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples drawn in order until ``rule.k``, or until the stop settles the vote."""
     drawn: list[dict[str, Any]] = []
     for s in order[: rule.k]:
         drawn.append(s)
@@ -172,6 +218,15 @@ def play(rule: Rule, order: list[dict[str, Any]]) -> tuple[float, list[dict[str,
             pool = [Candidate(text=d["text"], answer=d["answer"]) for d in drawn]
             if beta_settled(rule.stop_epsilon)(pool, rule.k - len(drawn)):
                 break
+    return drawn
+
+
+def play(rule: Rule, order: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
+    """The grade the rule ends with on one drawn order, and the samples it paid for. The stop
+    is the library's (``methods.voting.beta_settled``): the Beta criterion, or no vote left
+    can change the winner. The online rule's final vote keeps the same share of the samples
+    that ran to the end, as ``sc`` with an online confidence rule does."""
+    drawn = online_draws(rule, order) if rule.online else stopping_draws(rule, order)
     scores = [confidence_of(s, rule.measure, rule.window) for s in drawn]
     keeps = keep_most_confident(scores, rule.keep)
     kept = [s for s, keep in zip(drawn, keeps, strict=True) if keep]
@@ -208,6 +263,7 @@ def replay(rule: Rule, pools: list[dict[str, Any]], draws: int = 20, seed: int =
 BUDGETS = (2, 4, 8, 16)
 EPSILONS = (0.02, 0.05, 0.1, 0.2)
 KEEPS = (0.25, 0.5, 0.75)
+ONLINE_KEEPS = (0.25, 0.5, 0.75, 0.9)  # DeepConf's online rule keeps 10% or 90%
 MEASURE_NAMES = ("mean", "lowest_window", "tail", "bottom10")
 
 
@@ -228,8 +284,18 @@ def choose_on_dev(pools: list[dict[str, Any]]) -> dict[str, Any]:
     weights = {m: replay(Rule("w", k, weighted=True, measure=m), pools)["accuracy"]
                for m in MEASURE_NAMES}  # fmt: skip
     measure, keep = max(filters, key=lambda key: filters[key])
+    online = {kp: replay(Rule("o", k, keep=kp, online=True), pools) for kp in ONLINE_KEEPS}
+    within = [kp for kp, r in online.items() if r["accuracy"] >= sc - 0.01]
+    # the online rule's share: the cheapest within 1 point of SC at the largest budget (none
+    # within: the most accurate)
+    online_keep = (
+        min(within, key=lambda kp: online[kp]["cost_tokens"])
+        if within
+        else max(online, key=lambda kp: online[kp]["accuracy"])
+    )
     return {
         "epsilon": max(stops) if stops else min(EPSILONS),
+        "online_keep": online_keep,
         "keep": keep,
         "measure": measure,
         "weight_measure": max(weights, key=lambda m: weights[m]),
@@ -247,6 +313,7 @@ def rules_for(k: int, chosen: dict[str, Any]) -> dict[str, Rule]:
         "sc+conf-weight": Rule(
             "sc+conf-weight", k, weighted=True, measure=chosen["weight_measure"]
         ),
+        "sc+conf-online": Rule("sc+conf-online", k, keep=chosen["online_keep"], online=True),
         "sc+stop+conf-filter": Rule(
             "sc+stop+conf-filter",
             k,

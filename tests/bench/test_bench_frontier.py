@@ -32,3 +32,36 @@ def test_replay_charges_tokens_and_server_time_per_problem():
     out = frontier.replay(frontier.Rule("sc", 4), pools, draws=3)
     assert out["accuracy"] == 1.0 and out["cost_tokens"] == 4 * 120
     assert out["cost_time"] == 4 * 1.1 and out["per_problem_tokens"] == [480.0]
+
+
+def test_the_online_rule_replays_by_cutting_samples_where_the_gate_stops_them():
+    """The warm-up (the first four) sets the threshold; a later sample whose window of 32
+    tokens falls below it is cut there: charged its prompt, the tokens before the stop and
+    that share of its decode time, and it does not vote. A sure sample runs to the end."""
+    sure = [sample("4", 1.0, 3.0) for _ in range(4)]
+    lost = {**sample("5", 0.0, 3.0, tokens=250), "confidence": [3.0] * 40 + [0.5] * 160}
+    rule = frontier.Rule("o", 6, keep=0.75, online=True)
+    grade, paid = frontier.play(rule, [*sure, lost, sample("4", 1.0, 3.0)])
+    assert grade == 1.0 and len(paid) == 6
+    cut = paid[4]
+    assert cut["stopped"] and cut["answer"] is None
+    # the last 32 tokens' mean first falls below the threshold (3.0) at the 41st token
+    assert cut["completion_tokens"] == 41 and frontier.cost(cut, "tokens") == 50 + 41
+    assert cut["decode_s"] == 1.0 * 41 / 200
+    assert "stopped" not in paid[5]  # as sure as the warm-up: never stopped
+    plain = frontier.play(frontier.Rule("sc", 6), [*sure, lost, sample("4", 1.0, 3.0)])[1]
+    assert sum(frontier.cost(s, "tokens") for s in paid) < sum(
+        frontier.cost(s, "tokens") for s in plain)  # fmt: skip
+
+
+def test_the_replayed_stop_is_the_gates_own_test_token_by_token():
+    import random
+
+    from rse_fast.methods.voting import ConfidenceRule, OnlineGate
+
+    rng = random.Random(7)
+    for _ in range(200):
+        gate = OnlineGate(ConfidenceRule(window=8, online=True), threshold=rng.uniform(1, 3))
+        conf = [rng.uniform(0.5, 4.0) for _ in range(rng.randrange(0, 60))]
+        by_gate = next((t for t in range(1, len(conf) + 1) if gate.unsure(conf[:t])), None)
+        assert frontier.stopped_where(conf, gate) == by_gate
