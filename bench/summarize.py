@@ -24,7 +24,9 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent
 
 DOCS = (ROOT / "README.md", HERE / "README.md")
-VALUE = re.compile(r"<!--v (?P<ref>[\w.\-+]+)(?::(?P<spec>[^>]*?))?-->(?P<shown>.*?)<!--/v-->", re.S)
+VALUE = re.compile(
+    r"<!--v (?P<ref>[\w.\-+]+)(?::(?P<spec>[^>]*?))?-->(?P<shown>.*?)<!--/v-->", re.S
+)
 
 # (file, key, target, how to read the target, what it means)
 ROWS: list[tuple[str, str, str, str]] = [
