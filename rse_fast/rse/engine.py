@@ -34,7 +34,7 @@ from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.distiller import Distiller, RolloutOutcome, release_early
 from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
-from rse_fast.rse.settling import RoundSplit, Settling, weighted_leader
+from rse_fast.rse.settling import RoundSplit, Settling, agreeing_sources
 from rse_fast.util.sync import run_sync
 
 
@@ -85,6 +85,8 @@ class RSE:
         self.keep_bank: bool | None = None  # this solve's bank is wanted after it (see solve)
         #: (round, rollout) → the answer it gave and its confidence, this solve so far
         self.sides: dict[tuple[int, int], tuple[str | None, float | None]] = {}
+        #: the (round, rollout) pairs whose answer is the weighted vote's (bank_follows_vote)
+        self.agreeing: set[tuple[int, int]] = set()
         kernels.warmup(self.encoder.dim)
 
     @property
@@ -156,9 +158,9 @@ class RSE:
                 rounds, bank, records = saved
                 self.client.ledger.restore(records)
         resumed_from = len(rounds)
-        self.sides = {}
+        self.sides, self.agreeing = {}, set()
         for done in rounds:
-            self._note_sides(done.round, done.rollouts)
+            await self._note_sides(done.round, done.rollouts)
         self.bank = bank
         if keep_bank is None and bank_given:
             keep_bank = True  # a bank carried in from another problem is carried on
@@ -213,26 +215,20 @@ class RSE:
             shown_if=self._sides_with_vote() if cfg.bank_follows_vote else None,
         )
 
-    def _note_sides(self, r: int, records: list[RolloutRecord]) -> None:
-        """Which answer each finished rollout gave, and how sure it was (``bank_follows_vote``
-        reads them; a resumed run rebuilds them from its rounds)."""
+    async def _note_sides(self, r: int, records: list[RolloutRecord]) -> None:
+        """Which answer each finished rollout gave, and how sure it was; with
+        ``bank_follows_vote``, which of them side with the confidence-weighted vote over
+        every round so far (worked out off the event loop: it compares answers)."""
         for rec in records:
             if rec.error is None:
                 self.sides[(r, rec.index)] = (rec.answer, rec.confidence)
+        if self.config.bank_follows_vote:
+            self.agreeing = await off_loop(agreeing_sources, self.sides)
 
     def _sides_with_vote(self) -> Callable[[str, set[tuple[int, int]]], bool]:
         """Whether an item may be shown: a pitfall always; a proposition while a rollout it
         came from sides with the confidence-weighted vote over every round so far."""
-        answers = [a for a, _ in self.sides.values()]
-        leader = weighted_leader(answers, [c for _, c in self.sides.values()])
-
-        def shown(kind: str, sources: set[tuple[int, int]]) -> bool:
-            if kind == "negative":
-                return True
-            said = [self.sides[s][0] for s in sources if s in self.sides]
-            return leader is not None and any(answers_equivalent(a, leader) for a in said)
-
-        return shown
+        return lambda kind, sources: kind == "negative" or bool(sources & self.agreeing)
 
     def bank_wanted(self) -> bool:
         """Whether the bank is wanted after the run: ``keep_bank`` of this solve, else
@@ -346,7 +342,7 @@ class RSE:
         all_encoded = max(o.encoded_at for o in outcomes)
         decisions = self._insert(bank, outcomes)
         bank.problem_ids.add(problem_id(problem))
-        self._note_sides(r, [o.record for o in outcomes])
+        await self._note_sides(r, [o.record for o in outcomes])
         next_block = self._render(bank, problem, k)
         t_end = time.perf_counter()
         records = [o.record for o in outcomes]

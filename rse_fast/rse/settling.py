@@ -115,6 +115,17 @@ def weighted_leader(answers: list[str | None], confidences: list[float | None]) 
     return majority_vote(answers, weights=weights).answer
 
 
+def agreeing_sources(
+    sides: dict[tuple[int, int], tuple[str | None, float | None]],
+) -> set[tuple[int, int]]:
+    """The (round, rollout) pairs whose answer is the confidence-weighted vote's over all
+    of ``sides`` (pair → answer and confidence)."""
+    leader = weighted_leader([a for a, _ in sides.values()], [c for _, c in sides.values()])
+    if leader is None:
+        return set()
+    return {s for s, (a, _) in sides.items() if a is not None and answers_equivalent(a, leader)}
+
+
 def vote_margin(answers: list[str | None]) -> float:
     """The winner's share of ``answers`` minus the runner-up's (no answer counts against)."""
     if not answers:
