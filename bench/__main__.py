@@ -23,6 +23,7 @@ BENCHES = {
     "eval_local": "the study's table on the local models (real llama-server)",
     "demo": "the README's main job, timed",
     "device": "the encoder on CUDA and the kernel at N=1e6 (a GPU machine)",
+    "queue": "the model runs in queue.toml's order, one at a time, each resumed",
     "summarize": "the README's tables and inline values, from the JSON results",
 }
 
