@@ -155,13 +155,14 @@ async def check_grader_once(grader: Any, out: Any) -> None:
     import json
 
     from rse_fast.eval.grader_check import GRADER_CHECK_FILE, grader_agreement
+    from rse_fast.util.files import write_atomic
 
     path = out / GRADER_CHECK_FILE
     if path.exists():
         return
     seen = await grader_agreement(grader, readings=2)
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(seen, indent=1) + "\n")
+    write_atomic(path, json.dumps(seen, indent=1) + "\n")  # shards may share the folder
 
 
 def budgets(args: argparse.Namespace) -> list[float]:

@@ -17,16 +17,11 @@ from typing import Any
 from rse_fast.llm.ledger import CallRecord, Ledger
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.results import RoundResult
+from rse_fast.util.files import write_atomic
 
 
 def problem_id(problem: str) -> str:
     return hashlib.sha256(problem.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class Checkpoint:
@@ -49,10 +44,10 @@ class Checkpoint:
             "rounds": [x.to_dict() for x in rounds],
             "ledger": [asdict(rec) for rec in ledger.records],
         }
-        _write_atomic(self.dir / f"round-{r}.json", json.dumps(state, ensure_ascii=False))
+        write_atomic(self.dir / f"round-{r}.json", json.dumps(state, ensure_ascii=False))
         bank.save(self.dir / f"bank-{r}")
         latest = {"round": r, "problem_id": problem_id(problem)}
-        _write_atomic(self.dir / "latest.json", json.dumps(latest))
+        write_atomic(self.dir / "latest.json", json.dumps(latest))
 
     def load(
         self, problem: str
