@@ -56,10 +56,7 @@ async def run(args: argparse.Namespace) -> None:
 
         full = {p.id: p for p in load_dataset(args.dataset).problems}
     if args.method.startswith("rse"):
-        options["max_rounds"] = args.max_rounds
-    if args.method.startswith("rse"):
-        options["encoder"] = Encoder()
-        options["k"] = args.k
+        options.update(max_rounds=args.max_rounds, encoder=Encoder(), k=args.k)
     name = (
         args.method
         if ":" in args.method
