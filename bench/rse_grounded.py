@@ -173,14 +173,7 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             v for p in chosen for v in visible_passes(p, recs[cell.methods[0]][p.id]["pool_texts"])
         ]
         out["single_sample_visible_pass"] = sum(vis) / max(1, len(vis))
-    pairs = {  # the names for the comparisons a cell reports
-        "rse_checked_vs_sc_filtered": ("rse+check", "sc+filter"),
-        "rse_checked_vs_rse": ("rse+check", "rse"),
-        "rse_vs_sc": ("rse", "sc"),
-        "rse_recomputed_vs_rse": ("rse+arith", "rse"),
-        "rse_passing_vs_rse_checked": ("rse+check:passing", "rse+check"),
-    }
-    for key, (a, b) in pairs.items():
+    for key, (a, b) in PAIRS.items():
         if a in score and b in score:
             diff, ci = paired_difference(score[a], score[b])
             out[key] = {"diff": diff, "ci95": list(ci)}
@@ -205,6 +198,16 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     out["per_problem"] = {m: dict(zip([p.id for p in chosen], s, strict=True))
                           for m, s in score.items()}  # fmt: skip
     return out
+
+
+#: the issue's names for the comparisons a cell reports, paired by problem
+PAIRS = {
+    "rse_checked_vs_sc_filtered": ("rse+check", "sc+filter"),
+    "rse_checked_vs_rse": ("rse+check", "rse"),
+    "rse_vs_sc": ("rse", "sc"),
+    "rse_recomputed_vs_rse": ("rse+arith", "rse"),
+    "rse_passing_vs_rse_checked": ("rse+check:passing", "rse+check"),
+}
 
 
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -261,20 +264,27 @@ def table(summary: dict[str, Any]) -> str:
                 f"| {name} | {m} | {v['pass_rate']:.0%} [{lo:.0%}, {hi:.0%}] | "
                 f"{v['cost_tokens']:,.0f} |"
             )
-        pair = c.get("rse_checked_vs_sc_filtered")
-        guided = c.get("guided_vs_baseline_sample") or {}
-        if pair and pair["diff"] is not None:
-            lo, hi = pair["ci95"]
-            notes.append(f"- {c['cell']}: rse+check − sc+filter {pair['diff']:+.1%} "
-                         f"[{lo:+.1%}, {hi:+.1%}]")  # fmt: skip
-        if guided.get("diff") is not None:
+        for key, (a, b) in PAIRS.items():
+            pair = c.get(key)
+            if pair and pair["diff"] is not None:
+                lo, hi = pair["ci95"]
+                notes.append(f"- {c['cell']}: {a} − {b} {pair['diff']:+.1%} "
+                             f"[{lo:+.1%}, {hi:+.1%}]")  # fmt: skip
+        guided_by = c.get("guided_by_method") or {
+            "rse+check": c.get("guided_vs_baseline_sample") or {}
+        }
+        for m, guided in guided_by.items():
+            if guided.get("diff") is None:
+                continue
             lo, hi = guided["ci95"]
             notes.append(
-                f"- {c['cell']}: guided samples − sc's at the same positions "
-                f"({guided['measure']}) {guided['diff']:+.1%} [{lo:+.1%}, {hi:+.1%}], "
-                f"{guided['problems']} problems; refuted share "
-                f"{fmt_share((c.get('checks') or {}).get('refuted_share'))}"
+                f"- {c['cell']}: {m}'s guided samples − {guided.get('against', 'sc')}'s at the "
+                f"same positions ({guided['measure']}) {guided['diff']:+.1%} "
+                f"[{lo:+.1%}, {hi:+.1%}], {guided['problems']} problems"
             )
+        if (c.get("checks") or {}).get("refuted_share") is not None:
+            notes.append(f"- {c['cell']}: refuted share "
+                         f"{fmt_share(c['checks']['refuted_share'])}")  # fmt: skip
     return "\n".join(lines + (["", *notes] if notes else []))
 
 
