@@ -64,4 +64,5 @@ def test_the_readme_table_marks_a_running_cell_and_names_what_rse_is_compared_wi
     text = rse_grounded.table({"cells": [cell]})
     assert "| test-he-0.5b (12 of 60) | rse+check | 60% [25%, 75%] | 7,000 |" in text
     assert "rse+check − sc+filter +10.0% [-5.0%, +25.0%]" in text
-    assert "9 problems; refuted share 0%" in text
+    assert "rse+check's guided samples − sc's at the same positions (stated examples " in text
+    assert "-2.0% [-10.0%, +6.0%], 9 problems" in text and "test-he-0.5b: refuted share 0%" in text
