@@ -59,14 +59,10 @@ def progress(e: Entry) -> tuple[int, int]:
     if e.bench == "frontier":
         path = folder / "pools.jsonl"
         return (len(read_jsonl(path)) if path.exists() else 0), planned
-    from bench.rse_ablation import slug
+    from bench.rse_ablation import CellRecords
 
-    done: set[str] | None = None
-    for m in cell.methods:
-        path = folder / f"{slug(m)}.jsonl"
-        ids = {r["id"] for r in read_jsonl(path)} if path.exists() else set()
-        done = ids if done is None else done & ids
-    return len(done or ()), planned
+    by_method = CellRecords.read(folder, tuple(cell.methods)).by_method
+    return len(set.intersection(*(set(v) for v in by_method.values()))), planned
 
 
 def main() -> None:
