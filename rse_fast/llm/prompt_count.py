@@ -21,7 +21,6 @@ from typing import Any
 import aiohttp
 
 from rse_fast.llm.meter import PromptMargin
-from rse_fast.llm.parse import token_count
 from rse_fast.llm.routing import EndpointState
 from rse_fast.llm.transport import Transport
 
@@ -70,21 +69,38 @@ async def _seed(
 async def server_prompt_tokens(transport: Transport, body: dict[str, Any]) -> int | None:
     """The prompt tokens the server would count for this chat request (template included),
     or None when it has no tokenizer endpoint or its answer is not a count."""
+    ids = await server_prompt_ids(transport, body)
+    return len(ids) if ids else None
+
+
+async def server_prompt_ids(transport: Transport, body: dict[str, Any]) -> list[int] | None:
+    """The token ids the server would prefill for this chat request (template included), or
+    None when it has no tokenizer endpoint or its answer is not a list of ids. Two prompts'
+    common leading ids are what a prefix cache can share between them."""
     state = transport.pool.pick()
     if not state.endpoint.versioned:
         return None
     chat = {k: body[k] for k in _CHAT_FIELDS if k in body}
     vllm = await _post(transport, state, "/tokenize", {**chat, "add_generation_prompt": True})
-    count = token_count(vllm.get("count")) if vllm else None
-    if count:  # llama.cpp answers this request with no tokens (it reads only "content")
-        return count
+    ids = _token_ids(vllm.get("tokens")) if vllm else None
+    if ids:  # llama.cpp answers this request with no tokens (it reads only "content")
+        return ids
     rendered = await _post(transport, state, "/apply-template", chat)
     prompt = rendered.get("prompt") if rendered else None
     if not isinstance(prompt, str) or not prompt:
         return None
     tokens = await _post(transport, state, "/tokenize", {"content": prompt, "add_special": True})
-    ids = tokens.get("tokens") if tokens else None
-    return len(ids) if isinstance(ids, list) and ids else None
+    return _token_ids(tokens.get("tokens")) if tokens else None
+
+
+def _token_ids(value: Any) -> list[int] | None:
+    """A non-empty list of integer ids (``with_pieces`` answers dicts with an ``id``)."""
+    if not isinstance(value, list) or not value:
+        return None
+    ids = [t.get("id") if isinstance(t, dict) else t for t in value]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return None
+    return ids  # type: ignore[return-value]
 
 
 async def _post(

@@ -1,0 +1,40 @@
+"""The distillation-cache bench's arithmetic: shares from the server's own counts, and the part
+of what a cache could hold (the prompt before the ask) that it served."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.distill_cache import common_prefix, distill_share
+
+
+def call(prompt: int, cached: int | None, prefix: int | None, prompt_ms: float = 100.0) -> dict:
+    usage = {
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "timings": {"prompt_ms": prompt_ms, "predicted_ms": 0.0},
+    }
+    return {"usage": usage, "prefix_tokens": prefix}
+
+
+def test_common_prefix_counts_leading_ids_only():
+    assert common_prefix([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
+    assert common_prefix([5], [1]) == 0
+
+
+def test_shares_separate_the_ask_from_a_cache_miss():
+    """Two calls of 400 prompt tokens, 250 before the ask: one served its whole prefix, one
+    missed 50 of it. The raw share counts the asks (new text) against the cache; the prefix
+    share does not, and a report of more cached than the prefix (template tokens) caps at it."""
+    share = distill_share([call(400, 250, 250), call(400, 200, 250), call(400, 260, 250)])
+    assert share["cached_share"] == pytest.approx(710 / 1200)
+    assert share["prefix_served_share"] == pytest.approx(700 / 750)
+    assert share["ask_tokens_per_call"] == pytest.approx(150)
+    assert share["prefill_s_per_call"] == pytest.approx(0.1)
+
+
+def test_a_form_without_prefix_counts_reports_none_for_them():
+    share = distill_share([call(300, 10, None), call(300, None, None)])
+    assert share["cached_share"] == pytest.approx(10 / 600)
+    assert share["prefix_served_share"] is None and share["ask_tokens_per_call"] is None
