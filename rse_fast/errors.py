@@ -105,6 +105,11 @@ class BudgetUnitError(BudgetError, ValueError):
     client has shown how fast its server is)."""
 
 
+class CostModelError(RSEFastError, ValueError):
+    """A cost unit or price that cannot be read (unknown unit, a negative or missing price, a
+    setting given twice); the message names it and shows the form that works."""
+
+
 class LLMDeadlineError(LLMTimeoutError):
     """The caller's own deadline for the whole call (every attempt and wait) passed."""
 

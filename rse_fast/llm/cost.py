@@ -10,14 +10,17 @@ one run can be read in any unit afterwards.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rse_fast.errors import CostModelError
 from rse_fast.llm.ledger import CallRecord, Ledger
 
 CostUnit = Literal["tokens", "price", "time"]
 UNITS: tuple[CostUnit, ...] = ("tokens", "price", "time")
+PRICE_FORM = "price:input=0.15,cached=0.075,output=0.6 ($ per million tokens)"
 
 
 @dataclass(frozen=True)
@@ -32,31 +35,44 @@ class CostModel:
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
-            raise ValueError(f"unknown cost unit {self.unit!r}; one of {', '.join(UNITS)}")
+            raise CostModelError(f"unknown cost unit {self.unit!r}; one of {', '.join(UNITS)}")
         prices = (self.input_per_m, self.cached_input_per_m or 0.0, self.output_per_m)
-        if any(p < 0 for p in prices):
-            raise ValueError("prices cannot be negative")
+        if not all(math.isfinite(p) and p >= 0 for p in prices):
+            raise CostModelError(f"prices must be finite and not negative: {prices}")
         if self.unit == "price" and not any(prices):
-            raise ValueError("the price unit needs prices: input_per_m and output_per_m")
+            raise CostModelError(f"the price unit needs prices, e.g. {PRICE_FORM}")
 
     @classmethod
     def parse(cls, spec: str) -> CostModel:
-        """``tokens``, ``time``, or ``price:input=0.15,cached=0.075,output=0.6`` ($ per 1M)."""
-        unit, _, rest = spec.partition(":")
+        """``tokens``, ``time``, or ``price:input=0.15,cached=0.075,output=0.6`` ($ per 1M;
+        ``cached`` is optional and defaults to the input price; input and output are required,
+        so a forgotten price is an error, not a free token)."""
+        unit, _, rest = spec.strip().partition(":")
         if unit != "price":
             if rest:
-                raise ValueError(f"the {unit} unit takes no settings: {spec!r}")
-            return cls(unit)  # type: ignore[arg-type]
+                raise CostModelError(f"the {unit} unit takes no settings: {spec!r}")
+            if unit not in UNITS:
+                raise CostModelError(
+                    f"unknown cost unit {unit!r} in {spec!r}; one of tokens, time, {PRICE_FORM}"
+                )
+            return cls(unit)
         fields = {"input": "input_per_m", "cached": "cached_input_per_m", "output": "output_per_m"}
         values: dict[str, float] = {}
-        for part in filter(None, rest.split(",")):
-            key, eq, value = part.partition("=")
-            if not eq or key.strip() not in fields:
-                raise ValueError(f"bad price setting {part!r}: input=, cached=, output=")
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, value = (x.strip() for x in part.partition("="))
+            if not eq or key not in fields:
+                raise CostModelError(f"bad price setting {part!r} in {spec!r}; {PRICE_FORM}")
+            if fields[key] in values:
+                raise CostModelError(f"{key}= given twice in {spec!r}")
             try:
-                values[fields[key.strip()]] = float(value)
+                values[fields[key]] = float(value)
             except ValueError:
-                raise ValueError(f"bad price {value!r} in {spec!r}") from None
+                raise CostModelError(f"bad price {value!r} for {key}= in {spec!r}") from None
+        missing = [k for k in ("input", "output") if fields[k] not in values]
+        if missing:
+            raise CostModelError(
+                f"{' and '.join(k + '=' for k in missing)} missing in {spec!r}; {PRICE_FORM}"
+            )
         return cls("price", **values)
 
     def of_call(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from rse_fast.errors import CostModelError
 from rse_fast.llm import LLMClient
 from rse_fast.llm.cost import CostModel
 from rse_fast.llm.ledger import CallRecord
@@ -81,12 +82,29 @@ def test_a_cost_model_reads_a_call_in_each_unit():
 
 
 @pytest.mark.parametrize(
-    "spec",
-    ["dollars", "price", "price:input=x", "price:input=1,speed=2", "tokens:3", "price:input=-1"],
+    ("spec", "named"),
+    [
+        ("dollars", "'dollars'"),
+        ("price", "input= and output= missing"),
+        ("price:input=x,output=1", "'x' for input="),
+        ("price:input=1,output=1,speed=2", "'speed=2'"),
+        ("tokens:3", "takes no settings"),
+        ("price:input=-1,output=1", "not negative"),
+        ("price:input=0.15", "output= missing"),  # a forgotten price is not a free token
+        ("price:input=1,output=2,input=3", "input= given twice"),
+        ("price:input=nan,output=1", "finite"),
+    ],
 )
-def test_a_bad_cost_spec_is_refused_by_name(spec):
-    with pytest.raises(ValueError):
+def test_a_bad_cost_spec_is_refused_by_name(spec, named):
+    with pytest.raises(CostModelError) as info:
         CostModel.parse(spec)
+    assert named in str(info.value)
+    assert isinstance(info.value, ValueError)  # argparse and callers catching ValueError see it
+
+
+def test_a_spec_reads_with_spaces_and_without_a_cached_price():
+    model = CostModel.parse(" price: input=0.15 , output=0.6 ")
+    assert (model.input_per_m, model.cached_input_per_m, model.output_per_m) == (0.15, None, 0.6)
 
 
 def eval_record(problem: str, method: str, cached: int, quality: float) -> dict:
