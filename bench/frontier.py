@@ -408,8 +408,8 @@ def rse_conf_vs_sc_conf() -> dict[str, Any]:
     found = ((read_result("rse_ablation") or {}).get("pooled") or {}).get("rse_conf_vs_sc_conf")
     if found and found.get("problems"):
         return {**found, "from": "rse_ablation.json, test cells run with the confidence rule"}
-    why = ("not run yet: the live cells are rse_ablation's dev-conf-three-0.5b (dev), then a "
-           "test cell on a fresh seed")  # fmt: skip
+    why = ("not run yet: the live cells are rse_ablation's dev-conf-three-0.5b (dev), then "
+           "test-conf-three-0.5b (test, fresh seed)")  # fmt: skip
     return {"diff": None, "ci95": None, "why": why}
 
 
