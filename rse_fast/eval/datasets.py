@@ -286,7 +286,31 @@ def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> Visib
         limits=Limits(timeout_s=timeout_s),
     )
     examples = int(problem.meta.get("visible_examples") or 0)
-    return VisibleResult(result.passed, result.detail, code=code, examples=examples)
+    reason, detail = result.reason, result.detail
+    if reason == "load-error" and not _CODE.search(text):
+        reason = "no-code"
+        detail = (
+            "its code block was never closed (the reply was cut off)"
+            if "```" in text
+            else f"the reply has no code block and its text is not Python ({detail})"
+        )
+    return VisibleResult(
+        result.passed,
+        detail,
+        code=code,
+        examples=examples,
+        reason=reason,
+        where=_code_line(code, result.line) if reason != "no-code" else "",
+    )
+
+
+def _code_line(code: str, line: int | None) -> str:
+    """``line 7: if is_prime(i):``, the line a failure was raised at ("" when unknown)."""
+    lines = code.splitlines()
+    if line is None or not 0 < line <= len(lines):
+        return ""
+    text = lines[line - 1].strip()
+    return f"line {line}: {text[:120]}" if text else f"line {line}"
 
 
 def run_humaneval(problem: Problem, text: str, timeout_s: float = 10.0) -> float:

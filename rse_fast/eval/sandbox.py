@@ -97,6 +97,15 @@ class SandboxResult:
     calls: int = 0
     #: "seccomp" when the kernel refused process creation to the candidate, else why not
     process_filter: str = ""
+    #: the line of the candidate's code the failure was raised at, when it raised there (a
+    #: load error, or the last call, if it raised); None for a wrong value, a kill or a pass
+    line: int | None = None
+
+
+def _line(reply: dict[str, Any]) -> int | None:
+    """A reply's candidate line, if it names a plausible one (the candidate writes replies)."""
+    line = reply.get("line")
+    return line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else None
 
 
 class CandidateGone(Exception):
@@ -162,6 +171,8 @@ class _Candidate:
         self.limits = limits
         self.calls = 0
         self.process_filter = ""
+        #: where the candidate's last failure was raised (see ``SandboxResult.line``)
+        self.failed_line: int | None = None
         self.output = bytearray()
         self.over_output = False
         self._lock = threading.Lock()
@@ -244,6 +255,7 @@ class _Candidate:
         if first.get("ready") is True:
             self.process_filter = str(first.get("filter", ""))
             return None
+        self.failed_line = _line(first)
         return str(first.get("load_error") or "the candidate did not start")
 
     def __call__(self, *args: Any) -> Any:
@@ -253,6 +265,7 @@ class _Candidate:
         except (OSError, TypeError, ValueError) as exc:
             raise CandidateGone(f"cannot send the call ({exc})") from None
         data = self._reply()
+        self.failed_line = _line(data)
         if "value" in data:
             try:
                 return decode(data["value"])
@@ -345,6 +358,7 @@ def run_tests(
         detail=detail,
         output_tail=bytes(cand.output[-2000:]).decode("utf-8", "replace"),
         isolation=isolation,
+        line=cand.failed_line if reason in ("failed", "load-error") else None,
         calls=cand.calls,
         process_filter=cand.process_filter,
     )

@@ -167,6 +167,20 @@ def _audit_hook(root: str) -> Any:
     return hook
 
 
+def candidate_line(exc: BaseException) -> int | None:
+    """The line of candidate.py an exception came from (its deepest frame there; a syntax
+    error's own line), so a failure can name the step that produced it."""
+    if isinstance(exc, SyntaxError) and exc.filename == "candidate.py":
+        return exc.lineno
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "candidate.py":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
 def serve(cpu_s: int, memory: int, fsize: int, nproc: int, entry: str, req: int, rep: int) -> None:
     """Limit, filter, load ``entry`` from candidate.py, then answer one call per line."""
     for limit, value in (
@@ -188,7 +202,8 @@ def serve(cpu_s: int, memory: int, fsize: int, nproc: int, entry: str, req: int,
         fn = namespace[entry]
     except BaseException as exc:
         load_error = type(exc).__name__ + ": " + str(exc)[:300]
-        replies.write((json.dumps({"load_error": load_error}) + "\n").encode())
+        reply = {"load_error": load_error, "line": candidate_line(exc)}
+        replies.write((json.dumps(reply) + "\n").encode())
         return
     replies.write((json.dumps({"ready": True, "filter": kernel_filter}) + "\n").encode())
     buf = b""
@@ -203,10 +218,12 @@ def serve(cpu_s: int, memory: int, fsize: int, nproc: int, entry: str, req: int,
             out: dict[str, Any]
             try:
                 out = {"value": encode(fn(*args))}
-            except RecursionError:
-                out = {"raised": "RecursionError", "message": "maximum recursion depth"}
+            except RecursionError as exc:
+                out = {"raised": "RecursionError", "message": "maximum recursion depth",
+                       "line": candidate_line(exc)}  # fmt: skip
             except Exception as exc:
-                out = {"raised": type(exc).__name__, "message": str(exc)[:300]}
+                out = {"raised": type(exc).__name__, "message": str(exc)[:300],
+                       "line": candidate_line(exc)}  # fmt: skip
             try:
                 data = json.dumps(out)
             except (TypeError, ValueError) as exc:

@@ -29,7 +29,7 @@ class Reflexion(Method):
         outcome = await asyncio.to_thread(problem.visible_check, first.text)
         if outcome is None or outcome.passed:
             return [first]
-        failure = f"Run on an example the problem states, it failed: {outcome.detail}"
+        failure = f"Its code {outcome.failure}."
         try:
             res = await c.chat(
                 revise_messages(problem.transcript, first.text, failure),

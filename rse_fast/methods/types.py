@@ -69,12 +69,38 @@ class MethodResult:
 class VisibleResult:
     """A response run on the examples its problem states: passed, or the first failure
     (the call, what came back or what it raised, and what was expected); ``code``: what ran,
-    ``examples``: how many examples it was run on."""
+    ``examples``: how many examples it was run on. ``reason`` says what kind of failure it
+    was (``failed``: an example ran and failed; ``load-error``: the code did not load, so
+    none ran; ``no-code``: the reply held no code that could run; ``timeout``;
+    ``output-limit``), ``where`` the line of the code it was raised at, when it raised."""
 
     passed: bool
     detail: str = ""
     code: str = ""
     examples: int = 0
+    reason: str = "failed"
+    where: str = ""
+
+    @property
+    def failure(self) -> str:
+        """What went wrong, as a clause after "the attempt's code" ("" when it passed): a
+        load error is not an example failed, nor a reply without code a syntax error."""
+        if self.passed:
+            return ""
+        detail = self.detail.strip().rstrip(".")
+        at = f" (raised at {self.where})" if self.where else ""
+        if self.reason == "load-error":
+            return f"did not load, so no stated example ran: {detail}{at}"
+        if self.reason == "no-code":
+            return f"could not run: {detail}"
+        if self.reason == "timeout":
+            return f"ran {detail} on the stated examples without finishing"
+        if self.reason == "output-limit":
+            return f"printed past the output limit ({detail}) on the stated examples"
+        # the stated examples' check says what failed in an AssertionError's message
+        return (
+            f"failed an example the problem states: {detail.removeprefix('AssertionError: ')}{at}"
+        )
 
 
 @dataclass

@@ -81,9 +81,9 @@ class CodeExamplesChecker:
             stated = getattr(outcome, "examples", 0) or "the"
             text = f"This code passed all {stated} examples the problem states:\n{code}"
             return Observation([("positive", text, passed)], rollout=passed)
-        detail = str(outcome.detail).removeprefix("AssertionError: ").strip()
-        text = f"An attempt's code failed an example the problem states: {detail}."
-        failed = Check("verified", f"ran the stated examples: {detail}")
+        failure = outcome.failure
+        text = f"An attempt's code {failure}."
+        failed = Check("verified", f"ran the stated examples: the code {failure}")
         return Observation([("negative", text, failed)])
 
 

@@ -153,7 +153,7 @@ async def test_rse_files_what_running_the_code_showed_as_a_grounded_pitfall():
 
 def fixed_when_told(body: dict, index: int) -> str:
     prompt = json.dumps(body["messages"])
-    if "it failed: " in prompt and "returned True, expected False" in prompt:
+    if "Its code failed an example" in prompt and "returned True, expected False" in prompt:
         return RIGHT
     return WRONG
 
@@ -236,3 +236,57 @@ async def test_a_passing_rollouts_code_can_be_filed_as_a_verified_proposition():
     assert res.meta["checks"]["verified"] >= 4
     hidden = [line.strip() for line in p.meta["test"].splitlines() if "assert" in line]
     assert not any(json.dumps(h)[1:-1] in json.dumps(srv.requests) for h in hidden)
+
+
+RAISES = (
+    "```python\ndef has_close_elements(numbers, threshold):\n"
+    "    gap = threshold - threshold\n    return len(numbers) / gap > 1\n```"
+)
+OWN_TEST_FAILS = (
+    "```python\ndef has_close_elements(numbers, threshold):\n    return False\n\n"
+    "assert has_close_elements([1.0, 1.1], 0.5), 'Test case 1 failed'\n```"
+)
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason", "said"),
+    [
+        (  # a call that raised: the call, the error, what was expected, and the line
+            RAISES,
+            "failed",
+            "failed an example the problem states: has_close_elements([1.0, 2.0, 3.0], 0.5) "
+            "raised ZeroDivisionError: float division by zero, expected False "
+            "(raised at line 3: return len(numbers) / gap > 1)",
+        ),
+        (  # the reply's own test at module level: nothing stated ran, and it says where
+            OWN_TEST_FAILS,
+            "load-error",
+            "did not load, so no stated example ran: AssertionError: Test case 1 failed "
+            "(raised at line 4: assert has_close_elements([1.0, 1.1], 0.5), 'Test case 1 failed')",
+        ),
+        (  # prose only: not a syntax error of the attempt's code, there was none
+            "Here's how I'd do it: compare every pair and check the gap.",
+            "no-code",
+            "could not run: the reply has no code block and its text is not Python",
+        ),
+        (  # cut off inside its code block
+            "```python\ndef has_close_elements(numbers, threshold):\n    for i in",
+            "no-code",
+            "could not run: its code block was never closed (the reply was cut off)",
+        ),
+    ],
+)
+def test_a_failure_says_what_kind_it_was_and_where_the_code_raised(reply, reason, said):
+    """What a pitfall and a retry are told is what happened: an example that raised names its
+    call and the line that raised; a load error is not an example failed, nor a reply without
+    code a syntax error of its code."""
+    from rse_fast.eval.datasets import passes_visible
+    from rse_fast.rse.checking import CodeExamplesChecker
+
+    p = next(x for x in load_dataset("humaneval", limit=None).problems if x.id == "HumanEval/0")
+    outcome = passes_visible(p, reply)
+    assert outcome is not None and not outcome.passed and outcome.reason == reason
+    assert outcome.failure.startswith(said)
+    [(kind, text, check)] = CodeExamplesChecker(lambda r: passes_visible(p, r)).observe(reply).items
+    assert (kind, check.verdict) == ("negative", "verified")
+    assert text == f"An attempt's code {outcome.failure}."

@@ -46,6 +46,21 @@ def test_right_code_passes_and_wrong_code_fails():
 
 
 @pytest.mark.parametrize(
+    ("body", "reason", "line"),
+    [
+        ("def double(x):\n    y = x * 2\n    return y // 0\n", "failed", 3),  # the call raised
+        ("def double(x):\n    return x\n", "failed", None),  # a wrong value raised nothing
+        ("import os\n\nraise KeyError('at load')\ndef double(x):\n    return 2 * x\n",
+         "load-error", 3),
+        ("def double(x):\n    return (x * 2\n", "load-error", 2),  # a syntax error's own line
+    ],
+)  # fmt: skip
+def test_a_failure_names_the_line_of_the_candidate_it_was_raised_at(body, reason, line):
+    result = run(body)
+    assert (result.reason, result.line) == (reason, line)
+
+
+@pytest.mark.parametrize(
     "body",
     [
         "import sys\nsys.exit(0)\ndef double(x):\n    return x",  # exits before serving
