@@ -195,6 +195,7 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         out["guided_vs_baseline_sample"] = guided[checked]
         out["guided_by_method"] = guided
         out["checks"] = verdicts([recs[checked][p.id] for p in chosen])
+        out["refuted_share"] = out["checks"]["refuted_share"]
     out["per_problem"] = {m: dict(zip([p.id for p in chosen], s, strict=True))
                           for m, s in score.items()}  # fmt: skip
     return out
@@ -221,17 +222,41 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over the test cells: rse+check − sc+filter paired by problem (the code cells), the
+    guided-sample measure cell by cell (the target asks for one code cell above 0), and the
+    share of checked statements refuted (every cell with a checker)."""
+    tests = [c for c in cells if c["split"] == "test"]
     a: list[float] = []
     b: list[float] = []
-    for c in cells:
-        if c["split"] == "test" and "rse+check" in c["per_problem"]:
+    for c in tests:
+        if "rse+check" in c["per_problem"]:
             ids = list(c["per_problem"]["rse+check"])
             a += [c["per_problem"]["rse+check"][i] for i in ids]
             b += [c["per_problem"]["sc+filter"][i] for i in ids]
+    keep = ("diff", "ci95", "problems", "measure")
+    guided = {
+        c["cell"]: {k: c["guided_vs_baseline_sample"][k] for k in keep}
+        for c in tests
+        if c.get("guided_vs_baseline_sample")
+    }
+    code = [n for n, g in guided.items() if g["measure"] == "stated examples passed"]
+    checks = [c["checks"] for c in tests if c.get("checks")]
+    refuted = sum(k.get("refuted", 0) for k in checks)
+    judged = sum(v for k in checks for v in k.values() if isinstance(v, int))
+    out: dict[str, Any] = {
+        "guided_vs_baseline_sample": {
+            "by_cell": guided,
+            "code_cells_above_zero": [n for n in code if guided[n]["ci95"][0] > 0],
+        },
+        "refuted_share": refuted / judged if judged else None,
+        "checked_statements": judged,
+    }
     if not a:
-        return {"rse_checked_vs_sc_filtered": {"diff": None, "ci95": [None, None]}, "problems": 0}
+        return {"rse_checked_vs_sc_filtered": {"diff": None, "ci95": [None, None]},
+                "problems": 0, **out}  # fmt: skip
     diff, ci = paired_difference(a, b)
-    return {"rse_checked_vs_sc_filtered": {"diff": diff, "ci95": list(ci)}, "problems": len(a)}
+    return {"rse_checked_vs_sc_filtered": {"diff": diff, "ci95": list(ci)}, "problems": len(a),
+            **out}  # fmt: skip
 
 
 def summarize() -> dict[str, Any]:

@@ -66,3 +66,31 @@ def test_the_readme_table_marks_a_running_cell_and_names_what_rse_is_compared_wi
     assert "rse+check − sc+filter +10.0% [-5.0%, +25.0%]" in text
     assert "rse+check's guided samples − sc's at the same positions (stated examples " in text
     assert "-2.0% [-10.0%, +6.0%], 9 problems" in text and "test-he-0.5b: refuted share 0%" in text
+
+
+def test_the_pooled_block_pairs_code_cells_and_pools_refutations_over_every_checked_cell():
+    """rse+check − sc+filter over the code test cells, paired by problem; the guided-sample
+    measure cell by cell, naming the code cells whose interval is above 0; the refuted share
+    over every test cell's checked statements (a dev cell counts for none of them)."""
+
+    def cell(name, split, per_problem, guided, checks, measure="stated examples passed"):
+        return {"cell": name, "split": split, "per_problem": per_problem, "checks": checks,
+                "guided_vs_baseline_sample": {"diff": guided[0], "ci95": guided[1],
+                                              "problems": 3, "measure": measure}}  # fmt: skip
+
+    two = {"rse+check": {"1": 1.0, "2": 0.0}, "sc+filter": {"1": 0.0, "2": 0.0}}
+    code_a = cell("a", "test", two, (0.2, [0.05, 0.3]), {"verified": 6})
+    code_b = cell("b", "test", {"rse+check": {"3": 1.0}, "sc+filter": {"3": 1.0}},
+                  (-0.1, [-0.2, 0.1]), {"verified": 2})  # fmt: skip
+    arith = cell("c", "test", {"rse": {"4": 1.0}, "rse+arith": {"4": 1.0}},
+                 (0.0, [-0.1, 0.1]), {"verified": 6, "refuted": 2, "unknown": 4},
+                 measure="answer right")  # fmt: skip
+    dev = cell("d", "dev", {"rse+check": {"5": 0.0}, "sc+filter": {"5": 1.0}},
+               (0.5, [0.4, 0.6]), {"refuted": 9})  # fmt: skip
+    out = rse_grounded.pooled([code_a, code_b, arith, dev])
+    assert out["problems"] == 3
+    assert out["rse_checked_vs_sc_filtered"]["diff"] == pytest.approx(1 / 3)
+    assert out["guided_vs_baseline_sample"]["code_cells_above_zero"] == ["a"]
+    assert set(out["guided_vs_baseline_sample"]["by_cell"]) == {"a", "b", "c"}
+    assert out["refuted_share"] == pytest.approx(2 / 20)
+    assert out["checked_statements"] == 20
