@@ -81,7 +81,15 @@ class Ledger:
 
     exploration_roles: frozenset[str] = EXPLORATION_ROLES
     records: list[CallRecord] = field(default_factory=list)
+    #: a capped run's budget as settled when it ended (``settle_budget``): amount, unit,
+    #: spent, and the unspent rest the run handed back (a stop once settled, a cap's room)
+    budget: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def settle_budget(self, amount: float, spent: float, unit: str = "tokens") -> None:
+        """Book what a capped run was given and what it handed back unspent."""
+        self.budget = {"amount": amount, "unit": unit, "spent": spent,
+                       "unspent": max(0.0, amount - spent)}  # fmt: skip
 
     def record(self, rec: CallRecord) -> None:
         with self._lock:
@@ -192,4 +200,5 @@ class Ledger:
             "exploitation_tokens": self.exploitation_tokens,
             "calls": len(self.records),
             "roles": roles,
+            **({"budget": dict(self.budget)} if self.budget is not None else {}),
         }

@@ -234,6 +234,9 @@ class Method(abc.ABC):
         client.speed.learn(run_budget.ledger.records)
         if run_budget.in_unit is not None:
             self.price(result, budget)
+        if self.budget_mode == "cap":  # the rest goes back: the ledger says how much
+            unit = self.budget_unit
+            result.ledger.settle_budget(budget, unit.of_ledger(result.ledger), unit.label)
         return result
 
     def price(self, result: MethodResult, budget: float) -> MethodResult:

@@ -171,6 +171,31 @@ async def test_a_confidence_rule_can_change_the_winner_or_says_it_could_not(logp
         assert confident.meta["confidence"].startswith("unavailable: plain vote")
 
 
+@pytest.mark.parametrize("unit", ["tokens", "price:input=1,cached=0.5,output=4"])
+async def test_a_capped_run_that_stops_hands_the_rest_back_in_its_result_and_its_ledger(unit):
+    """Every sample says 4: the stop ends the run early, and the rest of the budget is
+    handed back, in the budget's unit, in the result and in the ledger's summary."""
+    async with (
+        ScriptedServer(default_reply="So \\boxed{4}.") as srv,
+        LLMClient(srv.base_url, "m") as c,
+    ):
+        method = make_method("sc", parallel=2, max_tokens=32, stop_epsilon=0.05,
+                             budget_mode="cap", budget_unit=unit)  # fmt: skip
+        budget = 3000 if unit == "tokens" else 0.01
+        res = await method.run(PROBLEM, budget, c)
+        target = await make_method("sc", parallel=2, max_tokens=32).run(PROBLEM, 3000, c)
+    booked = res.ledger.summary()["budget"]
+    spent = res.tokens if unit == "tokens" else res.meta["cost"]["spent"]
+    assert booked["amount"] == budget and booked["spent"] == pytest.approx(spent)
+    assert booked["unspent"] == pytest.approx(budget - spent) and booked["unspent"] > budget / 2
+    assert booked["unit"] == ("tokens" if unit == "tokens" else "$")
+    if unit == "tokens":
+        assert res.unspent == booked["unspent"]
+    else:
+        assert res.meta["cost"]["unspent"] == pytest.approx(booked["unspent"])
+    assert "budget" not in target.ledger.summary()  # a target run is not handed a cap
+
+
 async def test_the_service_stops_a_settled_sc_and_reports_the_unspent_budget():
     import aiohttp
     from conftest import running_service
