@@ -29,7 +29,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--dataset",
         help="mmath:math500|competition, gym:<task>, humaneval, healthbench, "
-        "writingbench, jsonl:<path>",
+        "writingbench, jsonl:<path> (rows with 'answer', 'rubric', or code rows: 'prompt' "
+        "stub, 'entry_point', hidden 'test', optional 'visible_tests')",
     )
     p.add_argument(
         "--budgets",

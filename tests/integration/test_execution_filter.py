@@ -290,3 +290,25 @@ def test_a_failure_says_what_kind_it_was_and_where_the_code_raised(reply, reason
     [(kind, text, check)] = CodeExamplesChecker(lambda r: passes_visible(p, r)).observe(reply).items
     assert (kind, check.verdict) == ("negative", "verified")
     assert text == f"An attempt's code {outcome.failure}."
+
+
+def test_a_jsonl_code_dataset_is_checked_on_its_own_visible_tests_and_graded_on_its_hidden(
+    tmp_path,
+):
+    """A user's own code problems: the stated examples they list are what solving may check
+    (a reply that fits them passes), the hidden test is what grades."""
+    stub = 'def add(a, b):\n    """The sum of a and b."""\n'
+    row = {"id": "add", "prompt": stub, "entry_point": "add",
+           "test": "def check(candidate):\n    assert candidate(40, 2) == 42\n",
+           "visible_tests": ["add(2, 2) == 4"]}  # fmt: skip
+    data = tmp_path / "own.jsonl"
+    data.write_text(json.dumps(row))
+    ds = load_dataset(f"jsonl:{data}")
+    [p] = ds.problems
+    right = "```python\ndef add(a, b):\n    return a + b\n```"
+    fits_the_example_only = "```python\ndef add(a, b):\n    return 4\n```"
+    wrong = "```python\ndef add(a, b):\n    return a - b\n```"
+    assert p.visible_check(right).passed and p.visible_check(fits_the_example_only).passed
+    failed = p.visible_check(wrong)
+    assert not failed.passed and "add(2, 2) returned 0, expected 4" in failed.failure
+    assert [ds.grade(p, t) for t in (right, fits_the_example_only, wrong)] == [1.0, 0.0, 0.0]

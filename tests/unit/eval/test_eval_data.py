@@ -123,3 +123,61 @@ async def test_rubric_grader_scores_penalties_as_penalties():
             assert await grader.grade(wb, "Roses...", seed=0) == pytest.approx(7 / 9)
             scale_prompt = srv.requests[-1]["messages"][-1]["content"]
             assert "- 1-2: none" in scale_prompt and "- 9-10: vivid" in scale_prompt
+
+
+ADD_STUB = 'def add(a, b):\n    """The sum of a and b.\n    >>> add(1, 2)\n    3\n    """\n'
+ADD_TEST = "def check(candidate):\n    assert candidate(40, 2) == 42\n"
+
+
+def test_own_jsonl_code_rows_carry_their_visible_tests_or_read_the_docstrings(tmp_path):
+    """A code row states the examples it may be checked on while solving (strings or
+    call/expected objects), or its docstring's are read as HumanEval's are; the hidden test
+    stays out of the prompt."""
+    data = tmp_path / "code.jsonl"
+    rows = [
+        {"id": "own", "prompt": ADD_STUB, "entry_point": "add", "test": ADD_TEST,
+         "visible_tests": ["add(2, 2) == 4", {"call": "add(-1, 1)", "expected": "0"}]},
+        {"id": "doc", "prompt": ADD_STUB, "entry_point": "add", "test": ADD_TEST},
+        {"id": "none", "prompt": ADD_STUB, "entry_point": "add", "test": ADD_TEST,
+         "visible_tests": []},
+    ]  # fmt: skip
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    ds = load_dataset(f"jsonl:{data}")
+    assert ds.kind == "code"
+    own, doc, none = sorted(ds.problems, key=lambda p: ["own", "doc", "none"].index(p.id))
+    assert own.meta["visible_examples"] == 2 and "add(-1, 1)" in own.meta["visible_tests"]
+    assert "add(1, 2)" not in own.meta["visible_tests"]  # its own list replaces the docstring's
+    assert doc.meta["visible_examples"] == 1 and "add(1, 2)" in doc.meta["visible_tests"]
+    assert "visible_tests" not in none.meta and none.visible_check is not None
+    assert all("40, 2" not in p.prompt and ADD_STUB in p.prompt for p in ds.problems)
+
+
+@pytest.mark.parametrize(
+    ("row", "named"),
+    [
+        ({"entry_point": "add", "test": ADD_TEST}, "needs 'prompt'"),
+        ({"prompt": ADD_STUB, "entry_point": "add"}, "needs 'test'"),
+        ({"prompt": ADD_STUB, "entry_point": "add x", "test": ADD_TEST}, "function name"),
+        ({"prompt": ADD_STUB, "entry_point": "add", "test": ADD_TEST, "visible_tests": "add(1,1)"},
+         "must be a list"),
+        ({"prompt": ADD_STUB, "entry_point": "add", "test": ADD_TEST,
+          "visible_tests": ["add(x, 1) == 2"]}, "literal"),
+        ({"prompt": ADD_STUB, "entry_point": "add", "test": ADD_TEST,
+          "visible_tests": [{"call": "sub(1, 1)", "expected": "0"}]}, "one call of add()"),
+    ],
+)  # fmt: skip
+def test_a_bad_code_row_is_refused_naming_its_line_and_field(tmp_path, row, named):
+    data = tmp_path / "bad.jsonl"
+    data.write_text(json.dumps(row))
+    with pytest.raises(ValueError, match=named) as info:
+        load_dataset(f"jsonl:{data}")
+    assert "bad.jsonl:1" in str(info.value)
+
+
+def test_code_rows_do_not_share_a_file_with_answer_rows(tmp_path):
+    data = tmp_path / "mixed.jsonl"
+    rows = [{"prompt": ADD_STUB, "entry_point": "add", "test": ADD_TEST},
+            {"prompt": "2 + 2?", "answer": "4"}]  # fmt: skip
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ValueError, match="cannot share a file"):
+        load_dataset(f"jsonl:{data}")
