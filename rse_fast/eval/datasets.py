@@ -290,13 +290,10 @@ def _stated_examples(stated: Any, entry_point: str, where: str) -> list[Example]
         raise ValueError(f"{where}: 'visible_tests' must be a list of examples")
     found: list[Example] = []
     for item in stated:
-        line = (
-            f"{item.get('call')} == {item.get('expected')}"
-            if isinstance(item, dict)
-            else item
-            if isinstance(item, str)
-            else ""
-        )
+        if isinstance(item, dict):
+            line = f"{item.get('call')} == {item.get('expected')}"
+        else:
+            line = item if isinstance(item, str) else ""
         parsed = visible_examples(line, entry_point)
         if len(parsed) != 1:
             raise ValueError(
