@@ -177,6 +177,13 @@ ROWS: list[tuple[str, str, str, str]] = [
         "lower ≥ −0.03",
         "its paired bootstrap interval",
     ),
+    (
+        "rse_grounded",
+        "pooled.guided_vs_baseline_sample.code_cells_above_zero",
+        "≥ 1 cell",
+        "code cells whose guided samples pass the stated examples more often than sc's",
+    ),
+    ("rse_grounded", "pooled.refuted_share", "report", "checked statements refuted"),
     ("rse_ablation", "pooled.rse_vs_sc.diff", "≥ 0", "RSE − SC, equal tokens, pooled test cells"),
     ("rse_ablation", "pooled.rse_vs_sc.ci95", "lower ≥ −0.03", "its paired bootstrap interval"),
     (
