@@ -232,20 +232,20 @@ class Method(abc.ABC):
         run_budget = await self.metered(client, budget, problem)
         result = await self._run(problem, run_budget)
         client.speed.learn(run_budget.ledger.records)
-        if run_budget.in_unit is not None:
+        if run_budget.in_unit is not None or self.budget_mode == "cap":
             self.price(result, budget)
-        if self.budget_mode == "cap":  # the rest goes back: the ledger says how much
-            unit = self.budget_unit
-            result.ledger.settle_budget(budget, unit.of_ledger(result.ledger), unit.label)
         return result
 
     def price(self, result: MethodResult, budget: float) -> MethodResult:
         """Say in ``result.meta["cost"]`` what a run in a unit other than tokens spent of its
-        ``budget`` (in cap mode, what it left unspent). Returns the result."""
+        ``budget`` (in cap mode, what it left unspent), and in cap mode book the budget and
+        the unspent rest it hands back in the run's ledger. Returns the result."""
         unit = self.budget_unit
+        spent = unit.of_ledger(result.ledger)
+        if self.budget_mode == "cap":
+            result.ledger.settle_budget(budget, spent, unit.label)
         if unit.unit == "tokens":
             return result
-        spent = unit.of_ledger(result.ledger)
         result.meta["cost"] = {
             "unit": unit.label,
             "budget": budget,
