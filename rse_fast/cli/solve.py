@@ -8,11 +8,19 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from rse_fast.cli.args import add_server_arguments, float_in, int_in, k_list, margin_or_off
+from rse_fast.cli.args import (
+    add_server_arguments,
+    float_in,
+    int_in,
+    k_list,
+    margin_or_off,
+    price_model,
+)
 from rse_fast.cli.connect import api_key, configured_base_url, connect
 from rse_fast.cli.progress import ProgressDisplay, bank_words
 
 if TYPE_CHECKING:
+    from rse_fast.llm.cost import CostModel
     from rse_fast.rse.config import RSEConfig
     from rse_fast.rse.results import RSEResult
 
@@ -56,6 +64,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--checkpoint", help="directory for per-round checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    p.add_argument(
+        "--price",
+        type=price_model,
+        metavar="input=…,cached=…,output=…",
+        help="$ per million tokens: the summary (and --json's 'cost') then says what the run "
+        "cost at these prices, the prompt tokens the server's cache served at the cached price",
+    )
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     g = p.add_argument_group("experience bank and ablations")
@@ -135,9 +150,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         data = result.to_dict()
         data["bank_top"] = top_experiences(bank) if bank is not None else None
+        if args.price is not None:
+            data["cost"] = {"unit": "$", "spent": price_of(result.ledger, args.price)}
         print(json.dumps(data, indent=1, default=str))
     else:
-        print(format_summary(result, bank))
+        print(format_summary(result, bank, args.price))
     page = args.report or ("rse-fast-demo-report.html" if args.demo else None)
     if page:
         from rse_fast.rse.run_page import write_report
@@ -171,7 +188,7 @@ def top_experiences(bank: Any, per_kind: int = 3) -> dict[str, list[dict[str, An
     }
 
 
-def format_summary(result: RSEResult, bank: Any = None) -> str:
+def format_summary(result: RSEResult, bank: Any = None, price: CostModel | None = None) -> str:
     lines = [f"answer: {result.answer}  ({result.votes}/{result.total_votes} votes)"]
     if result.correct is not None:
         lines[0] += f"  correct: {result.correct}"
@@ -191,7 +208,36 @@ def format_summary(result: RSEResult, bank: Any = None) -> str:
                 lines.append(f"  {name} [support {item['support']}]: {item['text']}")
     roles = ", ".join(f"{k} {v['total_tokens']:,}" for k, v in result.ledger["roles"].items())
     lines.append(f"tokens: {result.ledger['total_tokens']:,} ({roles}); time {result.wall_s:.1f}s")
+    lines.extend(paid_lines(result.ledger, price))
     return "\n".join(lines)
+
+
+def paid_lines(ledger: dict[str, Any], price: CostModel | None) -> list[str]:
+    """What the run cost as a user pays it: the prompt the server's cache served and the
+    server's own seconds (where it reports them), and dollars at the user's prices."""
+    lines = []
+    cached, prompt = ledger.get("cached_prompt_tokens"), ledger.get("prompt_tokens", 0)
+    if cached is not None and prompt:
+        lines.append(
+            f"  prompt tokens served from the server's cache: {cached:,} of {prompt:,} "
+            f"({cached / prompt:.0%})"
+        )
+    timed = ledger.get("server_time_s")
+    if timed:
+        lines.append(
+            f"  server time: prefill {timed['prefill']:.1f} s, decode {timed['decode']:.1f} s "
+            f"({timed['calls']} of {ledger.get('calls', 0)} calls timed)"
+        )
+    if price is not None:
+        lines.append(f"  cost at the given prices: ${price_of(ledger, price):.4g}")
+    return lines
+
+
+def price_of(ledger: dict[str, Any], price: CostModel) -> float:
+    """A run's dollars from its ledger summary (cached input at the cached price)."""
+    return price.of_call(
+        ledger["prompt_tokens"], ledger["completion_tokens"], ledger.get("cached_prompt_tokens")
+    )
 
 
 def unguided_note(result: RSEResult) -> list[str]:

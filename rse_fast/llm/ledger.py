@@ -49,6 +49,8 @@ class CallRecord:
     task: str | None = None
     #: the part of ``prompt_tokens`` the server's prefix cache served (None: not reported)
     cached_tokens: int | None = None
+    #: the part of ``completion_tokens`` spent thinking (None: not reported)
+    reasoning_tokens: int | None = None
     #: the server's own prefill and decode seconds (None: it sends no timings)
     prefill_s: float | None = None
     decode_s: float | None = None
@@ -120,6 +122,7 @@ class Ledger:
                 usage_source=usage.source,
                 task=task,
                 cached_tokens=usage.cached_tokens,
+                reasoning_tokens=usage.reasoning_tokens,
                 prefill_s=usage.timings.prompt_ms / 1e3 if usage.timings else None,
                 decode_s=usage.timings.predicted_ms / 1e3 if usage.timings else None,
             )
@@ -173,6 +176,23 @@ class Ledger:
         with self._lock:
             return sum(r.cached_tokens or 0 for r in self.records)
 
+    def usage_details(self) -> dict[str, dict[str, int]]:
+        """The parts of the usage the servers reported, as OpenAI's usage nests them:
+        ``prompt_tokens_details.cached_tokens`` and ``completion_tokens_details.reasoning_tokens``,
+        each summed over the calls that reported it and absent where none did (a server that
+        says nothing of its cache has not served 0 tokens from it)."""
+        with self._lock:
+            recs = list(self.records)
+        out: dict[str, dict[str, int]] = {}
+        for key, inner, values in (
+            ("prompt_tokens_details", "cached_tokens", [r.cached_tokens for r in recs]),
+            ("completion_tokens_details", "reasoning_tokens", [r.reasoning_tokens for r in recs]),
+        ):
+            reported = [v for v in values if v is not None]
+            if reported:
+                out[key] = {inner: sum(reported)}
+        return out
+
     @property
     def exploration_tokens(self) -> int:
         with self._lock:
@@ -193,9 +213,27 @@ class Ledger:
         roles = {
             k: {**asdict(v), "total_tokens": v.total_tokens} for k, v in self.by_role().items()
         }
+        with self._lock:
+            recs = list(self.records)
+        details = self.usage_details()
+        timed = [r for r in recs if r.prefill_s is not None and r.decode_s is not None]
         return {
             "total_tokens": self.total_tokens,
-            "cached_prompt_tokens": self.cached_tokens,
+            "prompt_tokens": sum(r.prompt_tokens for r in recs),
+            "completion_tokens": sum(r.completion_tokens for r in recs),
+            # None where no server said anything of its cache (not "0 served")
+            "cached_prompt_tokens": details.get("prompt_tokens_details", {}).get("cached_tokens"),
+            "reasoning_tokens": details.get("completion_tokens_details", {}).get(
+                "reasoning_tokens"
+            ),
+            # the servers' own seconds, over the calls that reported them (llama.cpp's timings)
+            "server_time_s": {
+                "prefill": sum(r.prefill_s or 0.0 for r in timed),
+                "decode": sum(r.decode_s or 0.0 for r in timed),
+                "calls": len(timed),
+            }
+            if timed
+            else None,
             "exploration_tokens": self.exploration_tokens,
             "exploitation_tokens": self.exploitation_tokens,
             "calls": len(self.records),

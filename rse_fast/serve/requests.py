@@ -223,13 +223,16 @@ def _budget(body: dict[str, Any], caps: Caps) -> tuple[CostModel, float]:
     return caps.price, _number(body, "budget", float, None, 1e-9, most, "--max-budget-tokens")
 
 
-def usage_of(ledger: Ledger) -> dict[str, int]:
+def usage_of(ledger: Ledger) -> dict[str, Any]:
+    """OpenAI's usage over every call the method made, with the details the upstream
+    reported (its cache's share of the prompt, the completion's thinking)."""
     prompt = sum(r.prompt_tokens for r in ledger.records)
     completion = sum(r.completion_tokens for r in ledger.records)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        **ledger.usage_details(),
     }
 
 

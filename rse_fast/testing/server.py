@@ -260,6 +260,8 @@ class ScriptedServer:
     #: (path, body) of every request to a tokenizer endpoint, answered or not
     tokenizer_requests: list[tuple[str, Any]] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)  # injected latency, per request
+    #: the ``usage`` object of every reply sent (a stream's usage chunk included)
+    usages: list[dict[str, Any]] = field(default_factory=list)
     held: list[float] = field(default_factory=list)  # seconds each request was in the handler
     in_flight: int = 0
     max_in_flight: int = 0
@@ -549,6 +551,7 @@ class ScriptedServer:
                 "predicted_n": completion,
                 "predicted_ms": completion * self.decode_ms_per_token,
             }
+        self.usages.append(usage)
         return usage
 
     def _with_timings(self, payload: dict[str, Any]) -> dict[str, Any]:

@@ -178,3 +178,53 @@ def test_summary_says_when_no_prompt_saw_the_bank(blocks, distill, says_unguided
         assert "distillation cost 250 tokens" in text
     guided = [f"round {i + 1}: K=2, guided by the bank" in text for i in range(len(blocks))]
     assert guided == [bool(b) for b in blocks]
+
+
+def test_solve_says_what_the_run_cost_as_it_is_paid(capsys):
+    """The summary and --json read the cache and timings the server reported, and price them:
+    cached prompt tokens at the cached price, the rest at the input and output prices."""
+    price = "input=2,cached=0.5,output=8"
+    with threaded_server(default_reply=reply, prefix_cache="llama.cpp") as srv:
+        base = ["solve", PROBLEM, "--base-url", srv.base_url, "--rounds", "2", "--k", "2"]
+        assert cli.main([*base, "--quiet", "--price", price]) == 0
+        text = capsys.readouterr().out
+        sent = list(srv.usages)
+        assert cli.main([*base, "--quiet", "--json", "--price", price]) == 0
+        data = json.loads(capsys.readouterr().out)
+        sent_json = srv.usages[len(sent) :]
+    prompt = sum(u["prompt_tokens"] for u in sent)
+    cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in sent)
+    completion = sum(u["completion_tokens"] for u in sent)
+    assert 0 < cached < prompt
+    assert f"served from the server's cache: {cached:,} of {prompt:,}" in text
+    dollars = ((prompt - cached) * 2 + cached * 0.5 + completion * 8) / 1e6
+    assert f"cost at the given prices: ${dollars:.4g}" in text
+    decode = completion * 0.049  # the fixture's decode rate, as its timings report it
+    assert f"decode {decode:.1f} s ({len(sent)} of {len(sent)} calls timed)" in text
+    ledger = data["ledger"]
+    assert ledger["cached_prompt_tokens"] == sum(
+        u["prompt_tokens_details"]["cached_tokens"] for u in sent_json
+    )
+    assert ledger["server_time_s"]["calls"] == len(sent_json) and ledger["reasoning_tokens"] is None
+    assert data["cost"]["unit"] == "$" and data["cost"]["spent"] == pytest.approx(
+        (
+            (ledger["prompt_tokens"] - ledger["cached_prompt_tokens"]) * 2
+            + ledger["cached_prompt_tokens"] * 0.5
+            + ledger["completion_tokens"] * 8
+        )
+        / 1e6
+    )
+
+
+def test_solve_without_cache_reports_says_nothing_of_a_cache(capsys):
+    with threaded_server(default_reply=reply) as srv:
+        args = ["solve", PROBLEM, "--base-url", srv.base_url, "--rounds", "1", "--k", "2"]
+        assert cli.main([*args, "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "cache" not in text and "server time" not in text and "cost at" not in text
+
+
+def test_solve_refuses_a_price_without_its_output_price(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["solve", "x", "--base-url", "http://127.0.0.1:1", "--price", "input=1"])
+    assert exc.value.code == 2 and "output= missing" in capsys.readouterr().err

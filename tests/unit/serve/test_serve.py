@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from rse_fast.llm import RetryPolicy
 from rse_fast.serve import Metrics, ServeConfig, Service
-from rse_fast.testing import Fault, ScriptedServer
+from rse_fast.testing import Fault, Reply, ScriptedServer
 
 from fakes.scripted_model import GOLD, PROBLEM, reply
 
@@ -61,6 +61,35 @@ async def test_openai_sdk_rse_with_details_and_full_usage():
     assert len(up.requests) == 10
     words = sum(len(" ".join(m["content"] for m in b["messages"]).split()) for b in up.requests)
     assert res.usage.prompt_tokens == words
+
+
+@pytest.mark.parametrize("cache", ["llama.cpp", "vllm", None])
+async def test_method_usage_carries_the_cache_and_thinking_the_upstream_reported(cache):
+    """What a caller pays: a method's usage sums the upstream's own details (the prompt its
+    cache served, the completion spent thinking) over every call, in the reply and in the
+    stream's usage chunk; an upstream that reports no cache gets no cache field, not 0."""
+    thinking = Reply("It is \\boxed{4}.", reasoning="two and two make four here")
+    body = {"model": "sc:scripted", "messages": MSG, "k": 2, "budget": 2000}
+    async with ScriptedServer(default_reply=thinking, prefix_cache=cache) as up:
+        async with service(up) as (_, url), aiohttp.ClientSession() as s:
+            whole = await (await s.post(url + "/chat/completions", json=body)).json()
+            sent_whole = list(up.usages)
+            streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+            async with s.post(url + "/chat/completions", json=streamed) as r:
+                events = [line async for line in r.content if line.startswith(b"data: {")]
+            sent_stream = up.usages[len(sent_whole) :]
+    for usage, sent in (
+        (whole["usage"], sent_whole),
+        (json.loads(events[-1].removeprefix(b"data: "))["usage"], sent_stream),
+    ):
+        assert len(sent) >= 2 and usage["prompt_tokens"] == sum(u["prompt_tokens"] for u in sent)
+        thought = sum(u["completion_tokens_details"]["reasoning_tokens"] for u in sent)
+        assert usage["completion_tokens_details"] == {"reasoning_tokens": thought} and thought
+        if cache is None:
+            assert "prompt_tokens_details" not in usage
+        else:
+            served = sum(u["prompt_tokens_details"]["cached_tokens"] for u in sent)
+            assert usage["prompt_tokens_details"] == {"cached_tokens": served} and served > 0
 
 
 async def test_streaming_progress_then_answer():
