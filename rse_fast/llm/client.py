@@ -13,6 +13,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import logging
 import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Sequence
@@ -33,9 +34,22 @@ from rse_fast.llm.trace import TraceHook
 from rse_fast.llm.transport import Timeouts, Transport, open_response, read_json, stream_lines
 from rse_fast.llm.types import ChatResult, Choice, Message, ServerTimings, StreamEvent, Usage
 
+log = logging.getLogger(__name__)
+
 _SOURCE_RANK = {"reported": 0, "estimated": 1, "corrected": 2}
 #: Request fields a server names when it cannot do structured output.
 SCHEMA_FIELDS = ("response_format", "json_schema", "guided_json", "grammar")
+#: What a request asks for token probabilities with; a server may refuse them with a 400 (a
+#: llama.cpp build did for tools + stream + logprobs; vLLM past its ``--max-logprobs``).
+LOGPROB_FIELDS = ("logprobs", "top_logprobs")
+
+
+def asks_logprobs(fields: dict[str, Any]) -> bool:
+    return any(fields.get(f) for f in LOGPROB_FIELDS)
+
+
+def without_logprobs(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if k not in LOGPROB_FIELDS}
 
 
 def sum_timings(parts: Sequence[ServerTimings | None]) -> ServerTimings:
@@ -264,12 +278,22 @@ class LLMClient:
             tool_choice=tool_choice,
             extra=extra,
         )
+        if asks_logprobs(body) and self.pool.pick().supports_logprobs is False:
+            body = without_logprobs(body)
         t0 = time.perf_counter()
         if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
             await self._calibrate(body, self.prompt_margin)
         grant, estimate = self._reserve(body, n)
         try:
-            result = await self._chat_n(body, n, grant)
+            try:
+                result = await self._chat_n(body, n, grant)
+            except LLMBadRequestError as exc:
+                if not self._refused_logprobs(body, exc):
+                    raise
+                self.ledger.record_error(
+                    role, exc, time.perf_counter() - t0, exc.endpoint or "", task
+                )
+                result = await self._chat_n(without_logprobs(body), n, grant)
         except LLMError as exc:
             self._release(grant)
             self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
@@ -280,6 +304,18 @@ class LLMClient:
         self._settle(grant, result.usage, estimate, result.requests)
         self.ledger.record_usage(role, result.usage, result.latency_s, result.endpoint, n, task)
         return result
+
+    def _refused_logprobs(self, body: dict[str, Any], error: LLMBadRequestError) -> bool:
+        """Whether ``error`` is the server refusing the logprobs ``body`` asked for; if so,
+        its endpoint is remembered and asked without them from now on (its choices then
+        carry no logprobs: a confidence rule falls back to the plain vote and says so)."""
+        if not asks_logprobs(body) or not error.concerns(*LOGPROB_FIELDS):
+            return False
+        state = self.pool.state_of(error.endpoint) or self.pool.pick()
+        if state.supports_logprobs is not False:  # said once, not by every call in flight
+            log.warning("%s refuses logprobs; asking it without them: %s", state.url, error)
+        state.supports_logprobs = False
+        return True
 
     def with_cap(self, cap: BudgetCap | None) -> LLMClient:
         """A view whose calls all draw on ``cap`` (a ``cap``-mode budget): each reserves its
@@ -403,9 +439,31 @@ class LLMClient:
         Every delta kind is yielded: the role chunk, content, reasoning, tool-call fragments,
         and the usage chunk. Retries happen only before the first byte; a stream that breaks
         midway raises :class:`LLMConnectionError`, goes idle :class:`LLMTimeoutError`, and an
-        error event from the server :class:`LLMServerError`.
+        error event from the server :class:`LLMServerError`. A server that refuses the
+        logprobs asked for (a 400 naming them, before any event) is asked again without them,
+        as :meth:`chat` does.
         """
         body = self.build_body(messages, **params)
+        if asks_logprobs(body) and self.pool.pick().supports_logprobs is False:
+            body = without_logprobs(body)
+        started = False
+        try:  # closed with this generator: a caller that stops reading books what streamed
+            async with contextlib.aclosing(self._stream_once(body, role, task, include_usage)) as e:
+                async for event in e:
+                    started = True
+                    yield event
+            return
+        except LLMBadRequestError as exc:  # an HTTP status: before the first event
+            if started or not self._refused_logprobs(body, exc):
+                raise
+        body = without_logprobs(body)
+        async with contextlib.aclosing(self._stream_once(body, role, task, include_usage)) as e:
+            async for event in e:
+                yield event
+
+    async def _stream_once(
+        self, body: dict[str, Any], role: str, task: str | None, include_usage: bool
+    ) -> AsyncGenerator[StreamEvent, None]:
         body["stream"] = True
         if include_usage:
             body["stream_options"] = {"include_usage": True}

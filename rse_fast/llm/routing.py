@@ -38,6 +38,7 @@ class EndpointState:
     cooldown_until: float = 0.0
     supports_n: bool | None = None  # learnt: does the server honour n > 1?
     supports_schema: bool | None = None  # learnt: does it take a JSON-schema response_format?
+    supports_logprobs: bool | None = None  # learnt: does it answer logprobs (or refuse them)?
     semaphore: asyncio.Semaphore | None = field(default=None, repr=False)
     #: what every request to this endpoint sends (built once: aiohttp copies, never mutates)
     headers: dict[str, str] = field(init=False, repr=False)
@@ -119,6 +120,10 @@ class EndpointPool:
         least = min(s.outstanding for s in healthy)
         tied = [s for s in healthy if s.outstanding == least]
         return tied[next(self._rr) % len(tied)]
+
+    def state_of(self, url: str | None) -> EndpointState | None:
+        """The endpoint a request went to, by its URL (None: not one of the pool's)."""
+        return next((s for s in self.states if s.url == url), None)
 
     def slot(self, state: EndpointState | None = None) -> Slot:
         """Hold one concurrency slot of an endpoint (picked now unless given):

@@ -249,6 +249,9 @@ class ScriptedServer:
     prefix_cache: Literal["vllm", "llama.cpp"] | None = None
     #: False: ``logprobs`` is accepted and ignored (a gateway or server without them)
     logprobs_supported: bool = True
+    #: a server that refuses logprobs past a limit with a 400 (vLLM's ``--max-logprobs``; 0:
+    #: none at all), its message naming them and its ``param`` null; None: no limit
+    max_logprobs: int | None = None
     cache_block: int = 16
     prefill_ms_per_token: float = 11.0  # measured on qwen2.5-coder-0.5b, 2 cores
     decode_ms_per_token: float = 49.0
@@ -330,6 +333,15 @@ class ScriptedServer:
         ):
             return "response_format must be text, json_object or json_schema", "response_format"
         return None
+
+    def _past_logprobs_limit(self, body: dict[str, Any]) -> tuple[str, None] | None:
+        """(message, no param) when ``body`` asks for more logprobs than ``max_logprobs``."""
+        if self.max_logprobs is None or not body.get("logprobs"):
+            return None
+        asked = int(body.get("top_logprobs") or 0)
+        if self.max_logprobs > 0 and asked <= self.max_logprobs:
+            return None
+        return f"asked for {asked} top logprobs; this server allows {self.max_logprobs}", None
 
     def _fault(self, i: int, body: dict[str, Any]) -> Fault | None:
         if callable(self.faults):
@@ -426,7 +438,7 @@ class ScriptedServer:
         if self._unauthorised(request):
             return web.json_response(error_body(401, "invalid API key"), status=401)
         body = await request.json()
-        problem = self._invalid(body)
+        problem = self._invalid(body) or self._past_logprobs_limit(body)
         if problem is not None:
             return web.json_response(error_body(400, *problem), status=400)
         if self.known_models is not None and body.get("model") not in self.known_models:

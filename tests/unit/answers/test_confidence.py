@@ -171,6 +171,40 @@ async def test_a_confidence_rule_can_change_the_winner_or_says_it_could_not(logp
         assert confident.meta["confidence"].startswith("unavailable: plain vote")
 
 
+async def test_a_server_that_refuses_logprobs_gets_the_plain_vote_and_is_asked_without_them():
+    """vLLM past its --max-logprobs (and a llama.cpp build with tools + stream) answers a 400
+    that names logprobs: the client asks again without them and remembers, so a confidence
+    rule falls back to the plain vote and says so; the refusal stays in the ledger."""
+    server = ScriptedServer(default_reply=split_replies, max_logprobs=0)
+    async with server as srv, LLMClient(srv.base_url, "m") as c:
+        rule = ConfidenceRule(keep=0.25, weighted=False, window=4)
+        options = {"parallel": 8, "max_tokens": 32, "budget_mode": "cap"}
+        res = await make_method("sc", confidence=rule, **options).run(PROBLEM, 8 * 40, c)
+        async with LLMClient(srv.base_url, "m") as fresh:  # streams before it has learnt
+            asked = dict(logprobs=True, top_logprobs=5)
+            streamed = [e async for e in fresh.stream(PROBLEM.messages(), **asked)]
+            again = [e async for e in fresh.stream(PROBLEM.messages(), **asked)]
+    assert res.final.answer == "4" and res.meta["confidence"].startswith("unavailable")
+    assert len(res.pool) >= 6 and streamed[-1].done and again[-1].done
+    # the server answered only requests without logprobs (a refused one is not kept)
+    assert len(srv.requests) == len(res.pool) + 2
+    assert not any(b.get("logprobs") or b.get("top_logprobs") for b in srv.requests)
+    errors = [r for r in res.ledger.records if not r.ok]
+    assert errors and all("logprobs" in (r.error or "") for r in errors)
+    assert len([r for r in fresh.ledger.records if not r.ok]) == 1  # learnt on its first
+
+
+async def test_a_server_within_its_logprobs_limit_or_another_400_is_not_a_refusal():
+    from rse_fast.errors import LLMBadRequestError
+
+    async with ScriptedServer(default_reply="4", max_logprobs=5) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            res = await c.chat(PROBLEM.messages(), logprobs=True, top_logprobs=5)
+            with pytest.raises(LLMBadRequestError, match="seed"):
+                await c.chat(PROBLEM.messages(), logprobs=True, top_logprobs=5, extra={"seed": "x"})
+    assert res.choices[0].logprobs is not None and len(srv.requests) == 1
+
+
 @pytest.mark.parametrize("unit", ["tokens", "price:input=1,cached=0.5,output=4"])
 async def test_a_capped_run_that_stops_hands_the_rest_back_in_its_result_and_its_ledger(unit):
     """Every sample says 4: the stop ends the run early, and the rest of the budget is
