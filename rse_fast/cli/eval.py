@@ -25,7 +25,15 @@ def add_parser(sub: Any) -> None:
         help="run (default) the evaluation, or report: merge results (shards) into a table",
     )
     p.add_argument("paths", nargs="*", help="report: results directories or files to merge")
-    p.add_argument("--methods", default="sc,bon,beam,particle,refine,fusion,rse")
+    p.add_argument(
+        "--methods",
+        default="sc,bon,beam,particle,refine,fusion,rse",
+        help="comma-separated families (sc, bon, beam, particle, refine, fusion, rse, "
+        "reflexion, rse:<variant>), each optionally with +stop (stop once the vote is "
+        "settled), +conf (vote weighted by token confidence), +conf-online, +filter (sc, bon: "
+        "pick among candidates passing a code problem's stated examples), +check (rse: run "
+        "each rollout's code on them), e.g. sc,sc+stop+conf,rse+conf,rse+check,bon+filter",
+    )
     p.add_argument(
         "--dataset",
         help="mmath:math500|competition, gym:<task>, humaneval, healthbench, "
@@ -112,6 +120,13 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             budgets(args)
         except ValueError as exc:
             parser.error(str(exc))
+        from rse_fast.methods import make_method
+
+        for name in args.methods.split(","):
+            try:  # refused here, before a server starts, naming what is wrong
+                make_method(name.strip())
+            except ValueError as exc:
+                parser.error(f"--methods: {exc}")
         if args.budget_unit.unit == "time" and args.single_samples == 0:
             parser.error(
                 "a time budget is turned into tokens at the server's measured speed, which the "
@@ -232,13 +247,14 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             reward = HTTPRewardModel(args.reward_url)
             stack.push_async_callback(reward.close)
         methods = []
-        for name in args.methods.split(","):
+        for name in (n.strip() for n in args.methods.split(",")):
+            family = name.split("+")[0].partition(":")[0]
             extra: dict[str, Any] = {}
-            if name in ("bon", "beam", "particle", "refine"):
-                extra["judge"] = reward if name == "bon" and reward is not None else judge
-            if name.startswith("rse"):
+            if family in ("bon", "beam", "particle", "refine"):
+                extra["judge"] = reward if family == "bon" and reward is not None else judge
+            if family == "rse":
                 extra["encoder"] = encoder
-            methods.append(make_method(name.strip(), **common, **extra))
+            methods.append(make_method(name, **common, **extra))
         out = Path(args.out or "eval-results")
         plan = EvalPlan(
             methods,

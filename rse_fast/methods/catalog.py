@@ -10,6 +10,7 @@ import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from rse_fast.errors import UnknownOptionError
 from rse_fast.methods.base import Method
 
 #: name -> (module, class) of each family.
@@ -42,6 +43,35 @@ class _Families(Mapping[str, type[Method]]):
 
 METHODS: Mapping[str, type[Method]] = _Families()
 
+#: The statistical stop's ε where a name asks for ``+stop``: the frontier's dev cell chose it
+#: (bench/results/frontier.json, ``chosen_on_dev``).
+STOP_EPSILON = 0.1
+#: The share of samples the online confidence rule keeps above its threshold (dev-chosen,
+#: as ``STOP_EPSILON``).
+ONLINE_KEEP = 0.9
+
+
+def _modifier_options(modifier: str) -> dict[str, Any]:
+    """What ``+modifier`` in a method's name sets: the names the reports use."""
+    from rse_fast.methods.voting import ConfidenceRule
+
+    table: dict[str, dict[str, Any]] = {
+        # stop once the vote is settled (the Beta criterion at 1 - STOP_EPSILON)
+        "stop": {"stop_epsilon": STOP_EPSILON},
+        # vote weighted by the model's own token confidence (asks for logprobs)
+        "conf": {"confidence": True},
+        # DeepConf online: a sample whose confidence falls below the first wave's is stopped
+        "conf-online": {"confidence": ConfidenceRule(keep=ONLINE_KEEP, online=True)},
+        # the pick among candidates that pass the examples the problem states (code tasks)
+        "filter": {"execution_filter": True},
+        # RSE: each rollout's code run on the stated examples, failures banked as pitfalls
+        "check": {"checker": "visible"},
+    }
+    return table[modifier]
+
+
+MODIFIERS = ("stop", "conf", "conf-online", "filter", "check")
+
 
 def make_method(name: str, **options: Any) -> Method:
     """A TTS family by name, with its options.
@@ -65,6 +95,13 @@ def make_method(name: str, **options: Any) -> Method:
             (propositions only from confident rollouts that side with the round's
             confidence-weighted vote, pitfalls from the rest), ``conf-agree`` (a proposition
             is shown only while its rollouts side with the running confidence-weighted vote).
+            Each name may add ``+`` modifiers, as the reports name methods: ``+stop`` (stop
+            once the vote is settled, ε = :data:`STOP_EPSILON`), ``+conf`` (the vote weighted
+            by the model's token confidence), ``+conf-online`` (unsure samples stopped
+            mid-stream), ``+filter`` (sc, bon: the pick among candidates that pass the
+            examples a code problem states), ``+check`` (rse: rollouts' code run on them);
+            ``make_method("sc+stop+conf")``. An option given by keyword wins over one a
+            modifier sets; a modifier the family cannot take is refused as an unknown option.
         options: the family's keyword options (``parallel``, ``max_tokens``, ``temperature``,
             ``seed`` for all; ``judge`` for bon/beam/particle; ``k``, ``encoder`` for rse, …).
 
@@ -78,14 +115,31 @@ def make_method(name: str, **options: Any) -> Method:
         result = await method.run(Problem("p1", "What is 6 * 7?", gold="42"), 4000, client)
         result.final.answer, result.tokens
     """
-    family, _, variant = name.partition(":")
+    base, *modifiers = name.split("+")
+    family, _, variant = base.partition(":")
     if family not in FAMILIES or (variant and family != "rse"):
         from rse_fast.methods.rse_method import VARIANTS
 
         raise ValueError(
             f"unknown method {name!r}; choose from {', '.join(FAMILIES)} "
-            f"(or rse:<variant> with a variant of {', '.join(VARIANTS)})"
+            f"(or rse:<variant> with a variant of {', '.join(VARIANTS)}), each optionally "
+            f"with +{', +'.join(MODIFIERS)}"
         )
-    if variant:
-        return METHODS["rse"](variant=variant, **options)
-    return METHODS[family](**options)
+    implied: dict[str, Any] = {"variant": variant} if variant else {}
+    for modifier in modifiers:
+        if modifier not in MODIFIERS:
+            raise ValueError(
+                f"unknown modifier +{modifier} in method {name!r}; one of +{', +'.join(MODIFIERS)}"
+            )
+        implied.update(_modifier_options(modifier))
+    try:
+        method = METHODS[family](**{**implied, **options})
+    except UnknownOptionError as exc:
+        by_modifier = [u for u in exc.unknown if u in implied and u not in options]
+        if not by_modifier:
+            raise
+        raise UnknownOptionError(
+            f"method {name!r} (a modifier sets what {family} does not take)", exc.unknown, exc.valid
+        ) from None
+    method.name = name  # records and reports tell sc from sc+stop by it
+    return method

@@ -278,7 +278,8 @@ METHOD_ROOMS: dict[str, set[str]] = {
     "reflexion": {"base", "sampling", "types", "voting", "waves"},
     "beam": {"stepwise", "types"}, "particle": {"stepwise", "types", "waves"},
     "rse_method": {"base", "types", "voting", "waves"},
-    "catalog": {"base", "rse_method"},  # families are looked up by name, imported lazily
+    "catalog": {"base", "rse_method", "voting"},  # families by name, imported lazily; the
+    # vote's ConfidenceRule for the +conf-online modifier
 }
 # fmt: on
 

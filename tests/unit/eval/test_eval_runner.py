@@ -275,3 +275,26 @@ async def test_an_open_ended_eval_checks_its_grader_on_hand_verdicts_once(tmp_pa
     table = capsys.readouterr().out
     assert "The grader against hand verdicts on 12 bundled criteria" in table
     assert "0% where the criterion is met and 100% where it is not" in table
+
+
+async def test_eval_runs_a_family_with_and_without_a_modifier_side_by_side(tmp_path, capsys):
+    """`--methods sc,sc+stop`: two methods, two rows, and the stop spends less where its vote
+    settles (every scripted sample agrees); a bad name fails before any request."""
+    data = tmp_path / "mine.jsonl"
+    data.write_text(json.dumps({"id": "q", "problem": "What is 6 times 7?", "answer": "42"}))
+    out = tmp_path / "mods"
+    async with ScriptedServer(default_reply="It is \\boxed{42}.") as srv:
+        argv = ["eval", "--dataset", f"jsonl:{data}", "--methods", "sc,sc+stop", "--budgets",
+                "2000", "--base-url", srv.base_url, "--model", "m", "--single-samples", "1",
+                "--max-tokens", "64", "--out", str(out), "--quiet"]  # fmt: skip
+        assert await asyncio.to_thread(main, argv) == 0
+        asked = len(srv.requests)
+        bad = [*argv[:4], "sc,sc+later", *argv[5:]]
+        with pytest.raises(SystemExit) as exc:
+            await asyncio.to_thread(main, bad)
+        assert exc.value.code == 2 and len(srv.requests) == asked
+    assert "unknown modifier +later" in capsys.readouterr().err
+    recs = {r["method"]: r for r in load_records(out / "results.jsonl") if r["method"] != SINGLE}
+    assert set(recs) == {"sc", "sc+stop"}
+    assert recs["sc+stop"]["tokens"] < recs["sc"]["tokens"] / 2
+    assert all(r["final_quality"] == 1.0 for r in recs.values())

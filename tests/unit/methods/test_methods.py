@@ -236,3 +236,33 @@ async def test_every_family_runs_through_one_metered_budget_and_refuses_before_s
                 assert run_budget.spent == res.tokens > 0 and run_budget.left == 900 - res.tokens
                 held = run_budget.holding(lambda: 100.0)
                 assert held.client is run_budget.client and held.left == run_budget.left - 100
+
+
+def test_a_name_adds_modifiers_as_the_reports_name_methods():
+    from rse_fast.methods.catalog import STOP_EPSILON
+
+    both = make_method("sc+stop+conf")
+    assert both.name == "sc+stop+conf" and both.stop_epsilon == STOP_EPSILON
+    assert both.confidence is not None and both.confidence.weighted
+    online = make_method("sc+conf-online")
+    assert online.confidence is not None and online.confidence.online
+    assert make_method("sc+stop", stop_epsilon=0.02).stop_epsilon == 0.02  # a keyword wins
+    checked = make_method("rse:conf-agree+check")
+    assert checked.name == "rse:conf-agree+check" and checked.checker == "visible"
+    assert checked.overrides["bank_follows_vote"] is True
+    assert make_method("bon+filter").execution_filter and not make_method("bon").execution_filter
+    assert make_method("sc").name == "sc"
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("sc+fast", r"unknown modifier \+fast in method 'sc\+fast'; one of \+stop"),
+        ("reflexion+stop", r"'reflexion\+stop' \(a modifier sets what reflexion does not take\)"),
+        ("rse+filter", "unknown option 'execution_filter'"),
+        ("sc:conf-agree", "unknown method 'sc:conf-agree'"),
+    ],
+)
+def test_a_modifier_a_family_cannot_take_is_refused_naming_it(name, says):
+    with pytest.raises(ValueError, match=says):
+        make_method(name)
