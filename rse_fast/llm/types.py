@@ -83,6 +83,11 @@ class ChatResult:
     def texts(self) -> list[str]:
         return [c.text for c in self.choices]
 
+    @property
+    def reasoning(self) -> str | None:
+        """The first choice's reasoning trace (a thinking model's), when it sent one."""
+        return self.choices[0].reasoning if self.choices else None
+
 
 @dataclass(frozen=True, kw_only=True)
 class StreamEvent:

@@ -76,7 +76,9 @@ class Fusion(Method):
                     temperature=0.2,
                     max_tokens=self.max_tokens,
                 )
-                final = Candidate.of(res.text, cost=res.usage.total_tokens, origin="fuse")
+                final = Candidate.of(
+                    res.text, cost=res.usage.total_tokens, origin="fuse", reasoning=res.reasoning
+                )
             except BudgetExhaustedError:  # a cap's room left: fuse fewer candidates
                 chosen = chosen[:-1]
         if final is None:  # not even two fit: the vote over the samples answers

@@ -76,7 +76,10 @@ class Refinement(Method):
                 r -= 1
                 break
             current = Candidate.of(
-                rev.text, completion_tokens=rev.usage.completion_tokens, origin=f"refine-{r}"
+                rev.text,
+                completion_tokens=rev.usage.completion_tokens,
+                origin=f"refine-{r}",
+                reasoning=rev.reasoning,
             )
             await self._score(c, scorer, current, r)
             round_cost = float(spend.spent - before)

@@ -46,6 +46,7 @@ class Reflexion(Method):
             cost=res.usage.total_tokens,
             completion_tokens=res.usage.completion_tokens,
             origin="retry",
+            reasoning=res.reasoning,
         )
         return [first, retry]
 

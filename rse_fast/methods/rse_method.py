@@ -273,7 +273,8 @@ class RSEMethod(Method):
         for rr in select_rounds(rounds, cfg.select_from):
             for x in rr.rollouts:
                 if x.error is None:
-                    pool.append(Candidate.of(x.text, cost=0, origin=f"rse-round-{rr.round}"))
+                    origin = f"rse-round-{rr.round}"
+                    pool.append(Candidate.of(x.text, cost=0, origin=origin, reasoning=x.reasoning))
                     if x.confidence is not None:
                         pool[-1].scores["confidence"] = x.confidence
         voters, checked = pool, None

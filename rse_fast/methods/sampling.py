@@ -50,6 +50,7 @@ async def sample(
         completion_tokens=res.usage.completion_tokens,
         origin="sample",
         tool_calls=res.choices[0].tool_calls if res.choices else (),
+        reasoning=res.reasoning,
     )
     if confidence is not None and res.choices:
         score = confidence.score(res.choices[0].logprobs)
@@ -71,6 +72,7 @@ async def sample_online(
     if not gate.ready():
         return await sample(method, client, problem, i, confidence=rule, on_logprobs=gate.learn)
     text: list[str] = []
+    thought: list[str] = []
     confidences: list[float] = []
     stream = client.stream(
         problem.messages(),
@@ -86,6 +88,7 @@ async def sample_online(
     try:
         async for event in stream:
             text.append(event.delta)
+            thought.append(event.reasoning)
             confidences += token_confidences(event.logprobs) or []
             if gate.unsure(confidences):
                 stopped = True
@@ -96,7 +99,9 @@ async def sample_online(
     if stopped:
         gate.stopped += 1
         return Candidate(text="".join(text), cost=cost, origin="stopped-unsure")
-    cand = Candidate.of("".join(text), cost=cost, origin="sample")
+    cand = Candidate.of(
+        "".join(text), cost=cost, origin="sample", reasoning="".join(thought) or None
+    )
     summary = rollout_confidence(confidences, rule.window, rule.window)
     if summary is not None:
         cand.scores["confidence"] = summary.measure(rule.measure)

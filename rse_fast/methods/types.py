@@ -24,6 +24,7 @@ class Candidate:
     completion_tokens: int = 0  # of which the generated text itself
     origin: str = "sample"  # sample | refine | fuse | beam | particle | rse-round-N
     tool_calls: tuple[dict[str, Any], ...] = ()  # agentic requests: the calls it asked for
+    reasoning: str | None = None  # a thinking model's trace behind the text, when it sent one
 
     @classmethod
     def of(cls, text: str, **kw: Any) -> Candidate:

@@ -99,11 +99,16 @@ class MethodAnswers:
 
 
 def answer_chunks(spec: MethodRequest, created: int, outcome: Outcome) -> list[dict[str, Any]]:
-    """The answer as chunks a streaming OpenAI client reads: role, content or tool calls,
+    """The answer as chunks a streaming OpenAI client reads: role, reasoning (a thinking
+    model's trace behind the chosen answer), content or tool calls,
     the finish reason, and the usage chunk when the caller asked for it."""
     choice = outcome.completion["choices"][0]
     message = choice["message"]
     chunks = [chunk(spec.model, created, delta={"role": "assistant", "content": ""})]
+    if message.get("reasoning_content"):
+        chunks.append(
+            chunk(spec.model, created, delta={"reasoning_content": message["reasoning_content"]})
+        )
     if message.get("content"):
         chunks.append(chunk(spec.model, created, delta={"content": message["content"]}))
     if message.get("tool_calls"):

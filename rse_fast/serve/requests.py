@@ -284,6 +284,9 @@ async def run_method(
     text = res.final.text if res.final else ""
     calls = list(res.final.tool_calls) if res.final else []
     message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+    if res.final is not None and res.final.reasoning:
+        # the chosen answer's own trace, where a thinking model's upstream sent one
+        message["reasoning_content"] = res.final.reasoning
     if calls:
         message["tool_calls"] = calls
     details: dict[str, Any] = {

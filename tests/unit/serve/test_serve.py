@@ -64,10 +64,11 @@ async def test_openai_sdk_rse_with_details_and_full_usage():
 
 
 @pytest.mark.parametrize("cache", ["llama.cpp", "vllm", None])
-async def test_method_usage_carries_the_cache_and_thinking_the_upstream_reported(cache):
+async def test_method_reply_carries_the_cache_and_thinking_the_upstream_reported(cache):
     """What a caller pays: a method's usage sums the upstream's own details (the prompt its
     cache served, the completion spent thinking) over every call, in the reply and in the
-    stream's usage chunk; an upstream that reports no cache gets no cache field, not 0."""
+    stream's usage chunk; an upstream that reports no cache gets no cache field, not 0. The
+    chosen answer's reasoning trace is its message's ``reasoning_content``."""
     thinking = Reply("It is \\boxed{4}.", reasoning="two and two make four here")
     body = {"model": "sc:scripted", "messages": MSG, "k": 2, "budget": 2000}
     async with ScriptedServer(default_reply=thinking, prefix_cache=cache) as up:
@@ -78,6 +79,12 @@ async def test_method_usage_carries_the_cache_and_thinking_the_upstream_reported
             async with s.post(url + "/chat/completions", json=streamed) as r:
                 events = [line async for line in r.content if line.startswith(b"data: {")]
             sent_stream = up.usages[len(sent_whole) :]
+    # the chosen answer keeps the trace behind it, whole and streamed (before its content)
+    assert whole["choices"][0]["message"]["reasoning_content"] == thinking.reasoning
+    deltas = [json.loads(e.removeprefix(b"data: "))["choices"] for e in events]
+    deltas = [c[0]["delta"] for c in deltas if c]
+    said = [(k, d[k]) for d in deltas for k in ("reasoning_content", "content") if d.get(k)]
+    assert said == [("reasoning_content", thinking.reasoning), ("content", thinking.content)]
     for usage, sent in (
         (whole["usage"], sent_whole),
         (json.loads(events[-1].removeprefix(b"data: "))["usage"], sent_stream),
