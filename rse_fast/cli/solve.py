@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         data = result.to_dict()
         data["bank_top"] = top_experiences(bank) if bank is not None else None
         if args.price is not None:
-            data["cost"] = {"unit": "$", "spent": price_of(result.ledger, args.price)}
+            data["cost"] = {"unit": "$", "spent": args.price.of_spend(result.ledger)}
         print(json.dumps(data, indent=1, default=str))
     else:
         print(format_summary(result, bank, args.price))
@@ -229,15 +229,8 @@ def paid_lines(ledger: dict[str, Any], price: CostModel | None) -> list[str]:
             f"({timed['calls']} of {ledger.get('calls', 0)} calls timed)"
         )
     if price is not None:
-        lines.append(f"  cost at the given prices: ${price_of(ledger, price):.4g}")
+        lines.append(f"  cost at the given prices: ${price.of_spend(ledger):.4g}")
     return lines
-
-
-def price_of(ledger: dict[str, Any], price: CostModel) -> float:
-    """A run's dollars from its ledger summary (cached input at the cached price)."""
-    return price.of_call(
-        ledger["prompt_tokens"], ledger["completion_tokens"], ledger.get("cached_prompt_tokens")
-    )
 
 
 def unguided_note(result: RSEResult) -> list[str]:
