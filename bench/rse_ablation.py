@@ -73,6 +73,9 @@ class Cell:
     #: options every method of the cell runs with (e.g. ``{"confidence": true}``: then sc is
     #: sc with the confidence rule, the baseline with the same signal)
     options: dict[str, Any] = field(default_factory=dict)
+    #: the cell ran when a code reply's boxed value was its answer for votes (before
+    #: ``code_problem``'s ``answer_of``): its offline picks replay that rule
+    boxed_code_answers: bool = False
 
 
 CELLS = load_cells("rse_ablation", Cell)

@@ -114,9 +114,12 @@ def run(name: str, methods: list[str] | None = None) -> None:
 
 
 # -- analysis ---------------------------------------------------------------------------------
-def filtered_pick(problem: Any, texts: list[str]) -> str:
-    """sc+filter's pick from sc's pool: the library's filter and vote, as sc runs them."""
-    pool = [Candidate.of(t, cost=0) for t in texts]
+def filtered_pick(problem: Any, texts: list[str], boxed_answers: bool = False) -> str:
+    """sc+filter's pick from sc's pool: the library's filter and vote, as sc runs them;
+    ``boxed_answers``: as sc ran before a code reply had no answer (a boxed value was one)."""
+    pool = [
+        Candidate.of(t, cost=0) if boxed_answers else problem.candidate(t, cost=0) for t in texts
+    ]
     voters, _ = asyncio.run(passing_visible(pool, problem.visible_check))
     final, _ = vote_final(voters)
     return final.text if final is not None else ""
@@ -143,7 +146,8 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         return None
     finals = {m: {p.id: recs[m][p.id]["final_text"] for p in chosen} for m in cell.methods}
     if cell.task == HE and "sc" in cell.methods:
-        finals["sc+filter"] = {p.id: filtered_pick(p, recs["sc"][p.id]["pool_texts"])
+        boxed = cell.boxed_code_answers
+        finals["sc+filter"] = {p.id: filtered_pick(p, recs["sc"][p.id]["pool_texts"], boxed)
                                for p in chosen}  # fmt: skip
     score = {m: [float(ds.grade(p, f[p.id])) for p in chosen] for m, f in finals.items()}
     tokens = {m: [float(recs[m][p.id]["tokens"]) for p in chosen] for m in cell.methods}

@@ -76,7 +76,7 @@ class Fusion(Method):
                     temperature=0.2,
                     max_tokens=self.max_tokens,
                 )
-                final = Candidate.of(
+                final = problem.candidate(
                     res.text, cost=res.usage.total_tokens, origin="fuse", reasoning=res.reasoning
                 )
             except BudgetExhaustedError:  # a cap's room left: fuse fewer candidates

@@ -75,7 +75,7 @@ class Refinement(Method):
             except BudgetExhaustedError:  # a cap-mode budget is spent: keep the best draft
                 r -= 1
                 break
-            current = Candidate.of(
+            current = problem.candidate(
                 rev.text,
                 completion_tokens=rev.usage.completion_tokens,
                 origin=f"refine-{r}",

@@ -41,7 +41,7 @@ class Reflexion(Method):
             )
         except BudgetExhaustedError:  # a cap's room left: the sample stands alone
             return [first]
-        retry = Candidate.of(
+        retry = problem.candidate(
             res.text,
             cost=res.usage.total_tokens,
             completion_tokens=res.usage.completion_tokens,

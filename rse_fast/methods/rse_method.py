@@ -274,7 +274,9 @@ class RSEMethod(Method):
             for x in rr.rollouts:
                 if x.error is None:
                     origin = f"rse-round-{rr.round}"
-                    pool.append(Candidate.of(x.text, cost=0, origin=origin, reasoning=x.reasoning))
+                    pool.append(
+                        problem.candidate(x.text, cost=0, origin=origin, reasoning=x.reasoning)
+                    )
                     if x.confidence is not None:
                         pool[-1].scores["confidence"] = x.confidence
         voters, checked = pool, None

@@ -44,7 +44,7 @@ async def sample(
         logprobs=True if confidence else None,
         top_logprobs=confidence.top_logprobs if confidence else None,
     )
-    cand = Candidate.of(
+    cand = problem.candidate(
         res.text,
         cost=res.usage.total_tokens,
         completion_tokens=res.usage.completion_tokens,
@@ -99,7 +99,7 @@ async def sample_online(
     if stopped:
         gate.stopped += 1
         return Candidate(text="".join(text), cost=cost, origin="stopped-unsure")
-    cand = Candidate.of(
+    cand = problem.candidate(
         "".join(text), cost=cost, origin="sample", reasoning="".join(thought) or None
     )
     summary = rollout_confidence(confidences, rule.window, rule.window)

@@ -129,6 +129,18 @@ class Problem:
     visible_check: Callable[[str], VisibleResult | None] | None = field(
         default=None, repr=False, compare=False
     )
+    #: what a response's answer is, the key votes and stops count (None: its ``\boxed{}``
+    #: or stated final answer). A code problem's task sets one that finds none: a program's
+    #: answer is its behaviour, which only running it shows.
+    answer_of: Callable[[str], str | None] | None = field(default=None, repr=False, compare=False)
+
+    def answer(self, text: str) -> str | None:
+        """The answer ``text`` gives to this problem (see ``answer_of``)."""
+        return (self.answer_of or extract_answer)(text)
+
+    def candidate(self, text: str, **kw: Any) -> Candidate:
+        """A pool candidate of ``text``, its answer read as this problem reads answers."""
+        return Candidate(text=text, answer=self.answer(text), **kw)
 
     @property
     def transcript(self) -> str:

@@ -181,3 +181,29 @@ def test_code_rows_do_not_share_a_file_with_answer_rows(tmp_path):
     data.write_text("\n".join(json.dumps(r) for r in rows))
     with pytest.raises(ValueError, match="cannot share a file"):
         load_dataset(f"jsonl:{data}")
+
+
+RIGHT = "```python\ndef add(a, b):\n    return a + b\n```"
+WRONG_BOXED = "```python\ndef add(a, b):\n    return a - b\n```\nSo add(1, 2) is \\boxed{3}."
+
+
+async def test_a_code_reply_has_no_answer_to_vote_on(tmp_path):
+    """A value a code reply happens to box is no vote for its code: on a code problem every
+    candidate's answer is None, so sc's pick is its earliest sample, not the boxed majority
+    (three of four samples box 3 under code that subtracts)."""
+    from rse_fast.methods import make_method
+
+    data = tmp_path / "code.jsonl"
+    data.write_text(json.dumps({"id": "doc", "prompt": ADD_STUB, "entry_point": "add",
+                                "test": ADD_TEST}))  # fmt: skip
+    (problem,) = load_dataset(f"jsonl:{data}").problems
+    assert problem.answer(WRONG_BOXED) is None
+    assert Problem("p", "What is 1 + 2?").answer(WRONG_BOXED) == "3"  # others read the box
+
+    def replies(body: dict, index: int) -> str:
+        return RIGHT if body.get("seed") == 0 else WRONG_BOXED
+
+    async with ScriptedServer(default_reply=replies) as srv, LLMClient(srv.base_url, "m") as c:
+        res = await make_method("sc", parallel=4, max_tokens=64).run(problem, 4 * 120, c)
+    assert len(res.pool) >= 4 and all(x.answer is None for x in res.pool)
+    assert res.final is not None and res.final.text == RIGHT
