@@ -202,7 +202,8 @@ class RSEMethod(Method):
                 if found is not None
                 else None
             )
-        engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=checker)
+        engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=checker,
+                     answer_of=problem.answer)  # fmt: skip
         if self.stop_epsilon is not None:
             epsilon, weighted = self.stop_epsilon, self.weighs_by_confidence
             engine.settling.stop_rule = lambda answers, confidences: answers_settled(

@@ -52,6 +52,9 @@ class RSE:
             distillation and round.
         distill_client: another endpoint (or model) for distillation; its calls are booked
             in ``client``'s ledger under the ``distill`` role.
+        checker: a task's check of each distilled statement (``rse.checking``).
+        answer_of: how a rollout's answer is read (default: its ``\\boxed{}`` or stated final
+            answer; ``Problem.answer`` for a task that reads answers its own way).
 
     Example::
 
@@ -72,8 +75,12 @@ class RSE:
         progress: Callable[[Progress], None] | None = None,
         distill_client: LLMClient | None = None,
         checker: ExperienceChecker | None = None,
+        answer_of: Callable[[str], str | None] | None = None,
     ) -> None:
         self.client = client
+        #: how a rollout's answer is read (its vote, the settle margin, the split a distiller
+        #: sees): the boxed or stated answer unless the task says otherwise (code: none)
+        self.answer_of = answer_of or extract_answer
         self.encoder = encoder or Encoder()
         self._config = config or RSEConfig()
         self.distiller = Distiller(client, self.encoder, self._config,
@@ -440,7 +447,7 @@ class RSE:
         )
         rec.truncated = choice.finish_reason == "length"
         rec.confidence = rollout_confidence_of(cfg, choice.logprobs)
-        rec.answer = extract_answer(res.text)
+        rec.answer = self.answer_of(res.text)
         if gold is not None:
             rec.correct = await off_loop(answers_equivalent, rec.answer, gold)
         counters["rollouts"] += 1

@@ -207,3 +207,26 @@ async def test_a_code_reply_has_no_answer_to_vote_on(tmp_path):
         res = await make_method("sc", parallel=4, max_tokens=64).run(problem, 4 * 120, c)
     assert len(res.pool) >= 4 and all(x.answer is None for x in res.pool)
     assert res.final is not None and res.final.text == RIGHT
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from rse_fast.encoder import Encoder
+
+    return Encoder(providers=["CPUExecutionProvider"])
+
+
+async def test_rse_reads_a_code_rollouts_answer_as_its_problem_does(tmp_path, encoder):
+    """RSE's rounds (their votes, the settle margin) read no answer from a code reply either:
+    four rollouts that all box 3 do not settle round 1."""
+    from rse_fast.methods import make_method
+
+    data = tmp_path / "code.jsonl"
+    data.write_text(json.dumps({"id": "doc", "prompt": ADD_STUB, "entry_point": "add",
+                                "test": ADD_TEST}))  # fmt: skip
+    (problem,) = load_dataset(f"jsonl:{data}").problems
+    async with ScriptedServer(default_reply=WRONG_BOXED) as srv, LLMClient(srv.base_url, "m") as c:
+        method = make_method("rse", encoder=encoder, max_tokens=64, max_rounds=1)
+        res = await method.run(problem, 2000, c)
+    assert res.meta["answer_per_round"] == [None] and res.meta["settled"] is False
+    assert all(a is None for a in res.meta["rounds_detail"][0]["answers"])
