@@ -134,6 +134,7 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                         if r.get("wall_s") is not None and not r.get("cut_from_larger")
                     ]
                 ),
+                "cached_share": cached_share(recs),
                 "budget_error": mean([r["budget_error"] for r in recs]),
                 **overshoot([r["budget_error"] for r in recs]),
                 "exploration_share": mean(
@@ -165,6 +166,14 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
             }
         )
     return rows
+
+
+def cached_share(recs: list[dict[str, Any]]) -> float | None:
+    """The share of the prompt tokens the server's prefix cache served, over the records whose
+    server reported its cache (None: none did, so nothing is known of it)."""
+    spends = [r["spend"] for r in recs if (r.get("spend") or {}).get("cache_reported_calls")]
+    prompt = sum(int(s["prompt_tokens"]) for s in spends)
+    return sum(int(s["cached_prompt_tokens"]) for s in spends) / prompt if prompt else None
 
 
 #: Two cells are compared only when their actual mean spends are this close (relative).
@@ -380,6 +389,13 @@ def markdown_table(summary: dict[str, Any]) -> str:
             + "; ".join(
                 f"{p['a']}@{budget_text(p)} {100 * p['diff']:+.0f}{_ci(p['ci95'])}" for p in paired
             )
+        )
+    cached = [r for r in rows if r.get("cached_share") is not None]
+    if cached:
+        notes.append(
+            "Prompt tokens the server's prefix cache served (what a price with a cached-input "
+            "rate bills less; `--cost price:...` pairs methods by it): "
+            + "; ".join(f"{r['method']}@{budget_text(r)} {r['cached_share']:.0%}" for r in cached)
         )
     timed = [r for r in rows if r.get("wall_s") is not None]
     if timed:

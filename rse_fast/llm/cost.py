@@ -154,6 +154,8 @@ def spend_summary(ledger: Ledger) -> dict[str, Any]:
     return {
         "prompt_tokens": sum(r.prompt_tokens for r in records),
         "cached_prompt_tokens": sum(r.cached_tokens or 0 for r in records),
+        # calls whose server said anything of its cache (0: the cached count means "unknown")
+        "cache_reported_calls": sum(r.cached_tokens is not None for r in records),
         "completion_tokens": sum(r.completion_tokens for r in records),
         "time_s": CostModel("time").of_records(records),
         "server_timed_calls": sum(r.prefill_s is not None for r in records),

@@ -298,3 +298,25 @@ async def test_eval_runs_a_family_with_and_without_a_modifier_side_by_side(tmp_p
     assert set(recs) == {"sc", "sc+stop"}
     assert recs["sc+stop"]["tokens"] < recs["sc"]["tokens"] / 2
     assert all(r["final_quality"] == 1.0 for r in recs.values())
+
+
+@pytest.mark.parametrize("cache", ["vllm", None])
+async def test_the_report_says_what_share_of_the_prompt_the_cache_served(tmp_path, cache):
+    """Each row's cached share is the server's own count over its prompts; a server that says
+    nothing of its cache gets no share (not 0%)."""
+    ds = arithmetic(tmp_path, 1)
+    out = tmp_path / f"cache-{cache}"
+    plan = EvalPlan([make_method("sc", parallel=4, max_tokens=64)], [600], out, single_samples=0)
+    async with ScriptedServer(default_reply=reply, prefix_cache=cache) as srv:
+        async with LLMClient(srv.base_url, "m") as client:
+            await run_eval(ds, plan, client)
+    (rec,) = [r for r in load_records(plan.results_path) if r["method"] == "sc"]
+    report = write_report(plan.results_path, out, "test")
+    (row,) = report["rows"]
+    if cache is None:
+        assert row["cached_share"] is None and "prefix cache served" not in report["table"]
+        return
+    spend = rec["spend"]
+    assert 0 < spend["cached_prompt_tokens"] < spend["prompt_tokens"]
+    assert row["cached_share"] == spend["cached_prompt_tokens"] / spend["prompt_tokens"]
+    assert f"sc@600 {row['cached_share']:.0%}" in report["table"]
