@@ -27,7 +27,7 @@ from rse_fast.answers import Verdict, check_equivalence, extract_answer
 from rse_fast.eval.examples import Example, visible_examples, visible_tests
 from rse_fast.eval.grading import Criterion
 from rse_fast.eval.sandbox import Limits, run_tests
-from rse_fast.methods.types import Problem, VisibleResult
+from rse_fast.methods.types import Problem, VisibleResult, no_answer
 
 Kind = Literal["verifiable", "code", "rubric"]
 
@@ -155,20 +155,10 @@ def code_problem(
         "function in a ```python code block.\n\n" + stub,
         None,
         meta,
-        answer_of=no_stated_answer,
+        answer_of=no_answer,
     )
     problem.visible_check = functools.partial(passes_visible, problem)
     return problem
-
-
-def no_stated_answer(text: str) -> None:
-    """A code reply's answer, for votes and stops: none. What a program does is its answer,
-    and only running it shows that; a value the reply happens to box (``\\boxed{True}``, an
-    example's output) is no vote for its code. Read on test-he-0.5b before this: sc's pick
-    carried such a value on 37 of 60 problems and passed the hidden tests on 14% of them (39%
-    where it carried none). With no answers a vote falls to its earliest candidate (after the
-    execution filter: the earliest that passes the stated examples)."""
-    return None
 
 
 def _eval_framework_file(*parts: str) -> Path:

@@ -10,13 +10,15 @@ from typing import Any
 from rse_fast.answers import off_loop
 from rse_fast.methods.base import Method
 from rse_fast.methods.sampling import cut_within, sample, sample_cost, sample_online
-from rse_fast.methods.types import Candidate, MethodResult, Problem
+from rse_fast.methods.types import Candidate, MethodResult, Problem, no_answer
 from rse_fast.methods.voting import (
     ConfidenceRule,
     OnlineGate,
     ToolVote,
     beta_settled,
+    check_visible,
     confident_vote,
+    filtered_settled,
     passed_visible,
     passing_visible,
     settled,
@@ -97,15 +99,41 @@ class SelfConsistency(Method):
         if problem.open_ended and not problem.tools:
             raise ValueError("self-consistency votes on final answers: use it on verifiable tasks")
 
+    def _checks_as_it_samples(self, problem: Problem) -> bool:
+        """Whether each sample is run on the stated examples as it finishes: with the
+        execution filter and a stop, whose rule reads the verdicts (a confidence rule that
+        keeps a share of the pool decides only once the pool is whole, so it is left out)."""
+        keeps_all = self.confidence is None or self.confidence.keep >= 1.0
+        return (
+            self.execution_filter
+            and self.early_stop
+            and keeps_all
+            and problem.visible_check is not None
+            and not problem.tools
+        )
+
     async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
         c, budget = run_budget.client, run_budget.budget
-        early = EarlyStop(self._settled(problem)) if self.early_stop else None
+        settled_rule = self._settled(problem)
+        checks = self._checks_as_it_samples(problem)
+        if checks:
+            settled_rule = filtered_settled(settled_rule, problem.answer_of is not no_answer)
+        early = EarlyStop(settled_rule) if self.early_stop else None
         estimate = sample_cost(self, c, problem)
         rule = self.confidence
         gate = OnlineGate(rule) if rule is not None and rule.online else None
+
+        async def sample_and_check(i: int) -> Candidate:
+            cand = await sample(self, c, problem, i, confidence=rule)
+            assert problem.visible_check is not None
+            await check_visible(cand, problem.visible_check)
+            return cand
+
         pool = await in_waves(
             (lambda i: sample_online(self, c, problem, i, gate))
             if gate is not None
+            else sample_and_check
+            if checks
             else (lambda i: sample(self, c, problem, i, confidence=rule)),
             run_budget,
             self.planned_cost(estimate),

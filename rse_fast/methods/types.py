@@ -104,6 +104,16 @@ class VisibleResult:
         )
 
 
+def no_answer(text: str) -> None:
+    """``Problem.answer_of`` for a task whose replies state no answer to vote on: code. What
+    a program does is its answer, and only running it shows that; a value the reply happens to
+    box (``\\boxed{True}``, an example's output) is no vote for its code. Read on test-he-0.5b
+    before this: sc's pick carried such a value on 37 of 60 problems and passed the hidden
+    tests on 14% of them (39% where it carried none). With no answers a vote falls to its
+    earliest candidate (after the execution filter: the earliest that passes)."""
+    return None
+
+
 @dataclass
 class Problem:
     """A task: the prompt text (the last user turn), and (for verifiable tasks) a gold answer.
@@ -130,8 +140,7 @@ class Problem:
         default=None, repr=False, compare=False
     )
     #: what a response's answer is, the key votes and stops count (None: its ``\boxed{}``
-    #: or stated final answer). A code problem's task sets one that finds none: a program's
-    #: answer is its behaviour, which only running it shows.
+    #: or stated final answer); :func:`no_answer` for code, whose answer is its behaviour.
     answer_of: Callable[[str], str | None] | None = field(default=None, repr=False, compare=False)
 
     def answer(self, text: str) -> str | None:

@@ -180,7 +180,9 @@ async def passing_visible(
 ) -> tuple[list[Candidate], dict[str, Any]]:
     """The candidates that pass the problem's own examples (each distinct text run once, off
     the event loop), or the whole pool when none passes, and what the filter saw."""
-    verdicts: dict[str, bool | None] = {}
+    verdicts: dict[str, bool | None] = {
+        c.text: c.scores["visible"] == 1.0 for c in pool if "visible" in c.scores
+    }  # checked as they finished (a run that stops once a passer settles its pick)
     for c in pool:
         if c.text not in verdicts:
             outcome = await asyncio.to_thread(check, c.text)
@@ -193,6 +195,31 @@ async def passing_visible(
     meta = {"passed": len(passing), "of": len(pool), "distinct_run": len(verdicts),
             "fell_back": not passing}  # fmt: skip
     return (passing or pool), meta
+
+
+async def check_visible(candidate: Candidate, check: Callable[[str], VisibleResult | None]) -> None:
+    """Run ``candidate`` on the examples its problem states (off the event loop) and leave
+    the verdict on it (``scores["visible"]``), as :func:`passing_visible` does."""
+    outcome = await asyncio.to_thread(check, candidate.text)
+    if outcome is not None:
+        candidate.scores["visible"] = 1.0 if outcome.passed else 0.0
+
+
+def filtered_settled(
+    inner: Callable[[list[Candidate], int], bool], reads_answers: bool
+) -> Callable[[list[Candidate], int], bool]:
+    """A stop for a vote among the candidates that passed the stated examples (verdicts left
+    on them as they finished): none yet, nothing is settled (the vote may still fall back to
+    all); a task that reads no answers (code: ``no_answer``) picks its earliest passer, so
+    one passer settles it; else ``inner`` over the passers."""
+
+    def rule(pool: list[Candidate], still_possible: int) -> bool:
+        passing = [c for c in pool if c.scores.get("visible") == 1.0]
+        if not passing:
+            return False
+        return not reads_answers or inner(passing, still_possible)
+
+    return rule
 
 
 def passed_visible(pool: list[Candidate]) -> tuple[list[Candidate], dict[str, Any]]:

@@ -266,3 +266,50 @@ def test_a_name_adds_modifiers_as_the_reports_name_methods():
 def test_a_modifier_a_family_cannot_take_is_refused_naming_it(name, says):
     with pytest.raises(ValueError, match=says):
         make_method(name)
+
+
+async def test_sc_with_the_filter_stops_once_a_code_sample_passes():
+    """On code (no answers to vote on) the filtered pick is the earliest sample that passes the
+    stated examples, so once one has passed nothing later can change it: ``sc+filter+stop``
+    stops there, with the pick the full run makes, and hands the rest of a cap back. While no
+    sample passes nothing is settled (the pick may yet fall back to every sample)."""
+    from rse_fast.methods.types import no_answer
+
+    def code(passing: bool) -> Problem:
+        problem = Problem("c", "Complete add(a, b).", answer_of=no_answer)
+        problem.visible_check = lambda text: VisibleResult(passing and "a + b" in text, "no")
+        return problem
+
+    def replies(body: dict, index: int) -> str:
+        body_of = "a + b" if body.get("seed") == 2 else "a - b"
+        return f"```python\ndef add(a, b):\n    return {body_of}\n```\nSo \\boxed{{3}}."
+
+    options = {"parallel": 1, "max_tokens": 64, "budget_mode": "cap"}
+    async with ScriptedServer(default_reply=replies) as srv, LLMClient(srv.base_url, "m") as c:
+        full = await make_method("sc+filter", **options).run(code(True), 3000, c)
+        stopped = await make_method("sc+filter+stop", **options).run(code(True), 3000, c)
+        never = await make_method("sc+filter+stop", **options).run(code(False), 3000, c)
+    assert "a + b" in full.final.text and stopped.final.text == full.final.text
+    assert len(stopped.pool) == 3 and stopped.meta["early_stop"]["stopped"]
+    assert len(full.pool) > 10 and stopped.unspent > 2 * stopped.tokens
+    # no passer: it spends the cap as the full run does (its stop is the cap's refusal)
+    assert len(never.pool) == len(full.pool) and never.unspent == full.unspent
+
+
+def test_a_filtered_stop_asks_its_rule_over_the_passers_where_answers_are_read():
+    from rse_fast.methods import Candidate
+    from rse_fast.methods.voting import filtered_settled, vote_settled
+
+    seen: list[list[str | None]] = []
+
+    def inner(pool, left):
+        seen.append([c.answer for c in pool])
+        return vote_settled(pool, left)
+
+    rule = filtered_settled(inner, reads_answers=True)
+    failed = Candidate("x", "1", scores={"visible": 0.0})
+    passed = [Candidate(t, "2", scores={"visible": 1.0}) for t in ("y", "z")]
+    unchecked = Candidate("w", "1")
+    assert not rule([failed, unchecked], 0) and seen == []  # no passer: nothing settled
+    assert rule([failed, *passed, unchecked], 1) and seen == [["2", "2"]]
+    assert not rule([failed, *passed], 2)  # two votes left could tie the passers' 2 with a 3
