@@ -6,6 +6,7 @@ Variants for ablations are named ``rse:<variant>`` (see :data:`VARIANTS`): each 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any, Literal
@@ -14,7 +15,7 @@ from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
 from rse_fast.errors import BudgetExhaustedError
 from rse_fast.methods.base import Method, blend, prompt_cost
-from rse_fast.methods.types import Candidate, MethodResult, Problem
+from rse_fast.methods.types import Candidate, MethodResult, Problem, no_answer
 from rse_fast.methods.voting import (
     ConfidenceRule,
     answers_settled,
@@ -267,7 +268,7 @@ class RSEMethod(Method):
                 settled = True
                 if cfg.settle_spend == "stop":
                     break
-            if self._stops(rounds, spend.left / max(1.0, roll)):
+            if await self._stops(problem, rounds, spend.left / max(1.0, roll)):
                 stopped = True
                 break
         pool: list[Candidate] = []
@@ -326,11 +327,20 @@ class RSEMethod(Method):
         )
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)
 
-    def _stops(self, rounds: list[Any], still_possible: float) -> bool:
-        """Whether the answers of every round so far are settled by ``stop_epsilon``."""
+    async def _stops(self, problem: Problem, rounds: list[Any], still_possible: float) -> bool:
+        """Whether the answers of every round so far are settled by ``stop_epsilon``; on
+        code checked on its stated examples (no answers to vote on), whether a rollout has
+        passed them: the pick is the earliest that passes, which no later round can change."""
         if self.stop_epsilon is None:
             return False
         done = [x for rr in rounds for x in rr.rollouts if x.error is None]
+        check = problem.visible_check
+        if self.checker == "visible" and check is not None and problem.answer_of is no_answer:
+            for x in done:
+                outcome = await asyncio.to_thread(check, x.text)
+                if outcome is not None and outcome.passed:
+                    return True
+            return False
         weights = (
             confidence_weights([x.confidence for x in done]) if self.weighs_by_confidence else None
         )

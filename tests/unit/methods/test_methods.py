@@ -313,3 +313,29 @@ def test_a_filtered_stop_asks_its_rule_over_the_passers_where_answers_are_read()
     assert not rule([failed, unchecked], 0) and seen == []  # no passer: nothing settled
     assert rule([failed, *passed, unchecked], 1) and seen == [["2", "2"]]
     assert not rule([failed, *passed], 2)  # two votes left could tie the passers' 2 with a 3
+
+
+async def test_rse_with_the_checker_stops_once_a_code_rollout_passes(encoder):
+    """rse+check's pick on code is the earliest rollout that passes the stated examples; with
+    +stop a round that has one ends the run (no later round could change the pick)."""
+    import json as _json
+
+    from rse_fast.methods.types import no_answer
+    from rse_fast.prompts import is_distillation
+
+    problem = Problem("c", "Complete add(a, b).", answer_of=no_answer)
+    problem.visible_check = lambda text: VisibleResult("a + b" in text, "add(1, 2) returned -1")
+
+    def replies(body: dict, index: int) -> str:
+        if is_distillation(body["messages"]):
+            return _json.dumps({"positive": [], "negative": ["subtracting gives -1 for add(1, 2)"]})
+        body_of = "a + b" if body.get("seed") == 2 else "a - b"
+        return f"```python\ndef add(a, b):\n    return {body_of}\n```"
+
+    options = {"encoder": encoder, "k": 4, "max_tokens": 64, "budget_mode": "cap"}
+    async with ScriptedServer(default_reply=replies) as srv, LLMClient(srv.base_url, "m") as c:
+        full = await make_method("rse+check", **options).run(problem, 6000, c)
+        stopped = await make_method("rse+check+stop", **options).run(problem, 6000, c)
+    assert full.meta["rounds"] > 1 and stopped.meta["rounds"] == 1
+    assert "a + b" in stopped.final.text and stopped.final.text == full.final.text
+    assert stopped.meta["early_stop"]["stopped"] and stopped.tokens < full.tokens / 2
