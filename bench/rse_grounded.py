@@ -125,6 +125,18 @@ def filtered_pick(problem: Any, texts: list[str], boxed_answers: bool = False) -
     return final.text if final is not None else ""
 
 
+def stop_share(problem: Any, texts: list[str], wave: int) -> float:
+    """The share of sc's pool sc+filter+stop would have paid for: on code its pick is the
+    earliest sample that passes the stated examples, and it stops in that sample's wave (a
+    live stop cancels the rest of the wave mid-way; charged here to the wave's end, each
+    sample at the pool's mean cost: an upper bound). No passer: the whole pool."""
+    passes = visible_passes(problem, texts)
+    first = next((j for j, ok in enumerate(passes) if ok), None)
+    if first is None or not texts:
+        return 1.0
+    return min(len(texts), (first // wave + 1) * wave) / len(texts)
+
+
 def visible_passes(problem: Any, texts: list[str]) -> list[float]:
     out = []
     for t in texts:
@@ -149,11 +161,18 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         boxed = cell.boxed_code_answers
         finals["sc+filter"] = {p.id: filtered_pick(p, recs["sc"][p.id]["pool_texts"], boxed)
                                for p in chosen}  # fmt: skip
+        # replayed: the stop the library runs live on code, with code's no-answer pick
+        finals[STOPPED] = {p.id: filtered_pick(p, recs["sc"][p.id]["pool_texts"])
+                           for p in chosen}  # fmt: skip
     score = {m: [float(ds.grade(p, f[p.id])) for p in chosen] for m, f in finals.items()}
     tokens = {m: [float(recs[m][p.id]["tokens"]) for p in chosen] for m in cell.methods}
     tokens.setdefault("sc+filter", tokens.get("sc", []))
     walls = {m: [float(recs[m][p.id]["wall_s"]) for p in chosen] for m in cell.methods}
     walls.setdefault("sc+filter", walls.get("sc", []))
+    if STOPPED in finals:
+        share = [stop_share(p, recs["sc"][p.id]["pool_texts"], cell.k) for p in chosen]
+        tokens[STOPPED] = [t * s for t, s in zip(tokens["sc"], share, strict=True)]
+        walls[STOPPED] = [w * s for w, s in zip(walls["sc"], share, strict=True)]
     samples = [t for p in chosen for t in recs[cell.methods[0]][p.id]["pool_texts"]]
     out: dict[str, Any] = {
         "cell": name, "split": cell.split, "why": cell.why, "model": cell.model, "task": cell.task,
@@ -204,6 +223,9 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
                           for m, s in score.items()}  # fmt: skip
     return out
 
+
+#: sc+filter+stop, replayed from sc's pool (see :func:`stop_share`)
+STOPPED = "sc+filter+stop (replayed)"
 
 #: the issue's names for the comparisons a cell reports, paired by problem
 PAIRS = {
