@@ -390,20 +390,28 @@ def markdown_table(summary: dict[str, Any]) -> str:
                 f"{p['a']}@{budget_text(p)} {100 * p['diff']:+.0f}{_ci(p['ci95'])}" for p in paired
             )
         )
-    cached = [r for r in rows if r.get("cached_share") is not None]
-    if cached:
-        notes.append(
+    for key, intro, shown in (
+        (
+            "cached_share",
             "Prompt tokens the server's prefix cache served (what a price with a cached-input "
-            "rate bills less; `--cost price:...` pairs methods by it): "
-            + "; ".join(f"{r['method']}@{budget_text(r)} {r['cached_share']:.0%}" for r in cached)
-        )
-    timed = [r for r in rows if r.get("wall_s") is not None]
-    if timed:
-        notes.append(
+            "rate bills less; `--cost price:...` pairs methods by it): ",
+            "{:.0%}",
+        ),
+        (
+            "wall_s",
             "Wall seconds a problem's run took (SC and best-of-N run once at their largest "
-            "budget, cut to the smaller ones): "
-            + "; ".join(f"{r['method']}@{budget_text(r)} {r['wall_s']:.0f} s" for r in timed)
-        )
+            "budget, cut to the smaller ones): ",
+            "{:.0f} s",
+        ),
+    ):
+        having = [r for r in rows if r.get(key) is not None]
+        if having:
+            notes.append(
+                intro
+                + "; ".join(
+                    f"{r['method']}@{budget_text(r)} {shown.format(r[key])}" for r in having
+                )
+            )
     check = summary.get("grader_check")
     if check and check.get("agreement") is not None:
         notes.append(
