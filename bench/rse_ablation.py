@@ -452,7 +452,11 @@ def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
     ``rse_conf_vs_sc_conf``)."""
     tests = [c for c in cells if c["split"] == "test"]
     plain = [c for c in tests if not with_confidence(c)]
-    conf = paired_over([c for c in tests if with_confidence(c)], "rse", "sc")
+    conf_cells = [c for c in tests if with_confidence(c)]
+    conf = paired_over(conf_cells, "rse", "sc")
+    # a cell still running is pooled with what is in, and says so
+    conf["planned_problems"] = sum(c["planned_problems"] for c in conf_cells)
+    conf["partial"] = any(c["partial"] for c in conf_cells)
     both = paired_over(plain, "rse", "sc")
     if not both["problems"]:
         return {"rse_vs_sc": {"diff": None, "ci95": [None, None]}, "problems": 0,
