@@ -175,7 +175,8 @@ def test_cells_run_with_the_confidence_rule_are_pooled_apart() -> None:
     def cell(rse: list[float], sc: list[float], options: dict) -> dict:
         ids = [f"p{i}" for i in range(len(rse))]
         scores = {"rse": dict(zip(ids, rse, strict=True)), "sc": dict(zip(ids, sc, strict=True))}
-        return {"split": "test", "options": options, "per_problem": scores}
+        return {"split": "test", "options": options, "per_problem": scores,
+                "planned_problems": 5, "partial": len(rse) < 5}  # fmt: skip
 
     plain = cell([1, 0, 1, 1], [1, 0, 0, 1], {})
     conf = cell([0, 0, 0], [1, 1, 1], {"confidence": True})
@@ -183,6 +184,9 @@ def test_cells_run_with_the_confidence_rule_are_pooled_apart() -> None:
     assert together["rse_vs_sc"] == alone["rse_vs_sc"] and together["problems"] == 4
     assert together["rse_conf_vs_sc_conf"]["diff"] == -1.0
     assert together["rse_conf_vs_sc_conf"]["problems"] == 3
+    # a confidence cell still running says so: 3 of its 5 planned problems are in
+    assert together["rse_conf_vs_sc_conf"]["planned_problems"] == 5
+    assert together["rse_conf_vs_sc_conf"]["partial"] is True
     assert alone["rse_conf_vs_sc_conf"]["problems"] == 0
 
 
