@@ -225,7 +225,7 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
 
 
 #: sc+filter+stop, replayed from sc's pool (see :func:`stop_share`)
-STOPPED = "sc+filter+stop (replayed)"
+STOPPED = "sc+filter+stop-replayed"
 
 #: the issue's names for the comparisons a cell reports, paired by problem
 PAIRS = {
