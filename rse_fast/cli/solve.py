@@ -208,29 +208,10 @@ def format_summary(result: RSEResult, bank: Any = None, price: CostModel | None 
                 lines.append(f"  {name} [support {item['support']}]: {item['text']}")
     roles = ", ".join(f"{k} {v['total_tokens']:,}" for k, v in result.ledger["roles"].items())
     lines.append(f"tokens: {result.ledger['total_tokens']:,} ({roles}); time {result.wall_s:.1f}s")
-    lines.extend(paid_lines(result.ledger, price))
+    from rse_fast.llm.cost import paid_lines
+
+    lines.extend(f"  {label}: {text}" for label, text in paid_lines(result.ledger, price))
     return "\n".join(lines)
-
-
-def paid_lines(ledger: dict[str, Any], price: CostModel | None) -> list[str]:
-    """What the run cost as a user pays it: the prompt the server's cache served and the
-    server's own seconds (where it reports them), and dollars at the user's prices."""
-    lines = []
-    cached, prompt = ledger.get("cached_prompt_tokens"), ledger.get("prompt_tokens", 0)
-    if cached is not None and prompt:
-        lines.append(
-            f"  prompt tokens served from the server's cache: {cached:,} of {prompt:,} "
-            f"({cached / prompt:.0%})"
-        )
-    timed = ledger.get("server_time_s")
-    if timed:
-        lines.append(
-            f"  server time: prefill {timed['prefill']:.1f} s, decode {timed['decode']:.1f} s "
-            f"({timed['calls']} of {ledger.get('calls', 0)} calls timed)"
-        )
-    if price is not None:
-        lines.append(f"  cost at the given prices: ${price.of_spend(ledger):.4g}")
-    return lines
 
 
 def unguided_note(result: RSEResult) -> list[str]:

@@ -162,6 +162,33 @@ def spend_summary(ledger: Ledger) -> dict[str, Any]:
     }
 
 
+def paid_lines(ledger: dict[str, Any], price: CostModel | None = None) -> list[tuple[str, str]]:
+    """What a run cost as a user pays it, from its ledger summary, as (label, text) pairs for
+    a summary line or a report row: the prompt the server's cache served and the server's own
+    seconds (where it reported them), and dollars at ``price``."""
+    lines = []
+    cached, prompt = ledger.get("cached_prompt_tokens"), ledger.get("prompt_tokens", 0)
+    if cached is not None and prompt:
+        lines.append(
+            (
+                "prompt tokens served from the server's cache",
+                f"{cached:,} of {prompt:,} ({cached / prompt:.0%})",
+            )
+        )
+    timed = ledger.get("server_time_s")
+    if timed:
+        lines.append(
+            (
+                "server time",
+                f"prefill {timed['prefill']:.1f} s, decode {timed['decode']:.1f} s "
+                f"({timed['calls']} of {ledger.get('calls', 0)} calls timed)",
+            )
+        )
+    if price is not None:
+        lines.append(("cost at the given prices", f"${price.of_spend(ledger):.4g}"))
+    return lines
+
+
 TOKENS = CostModel()
 TIME = CostModel("time")
 

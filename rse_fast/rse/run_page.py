@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rse_fast.llm.cost import paid_lines
+
 RESULT_RECORD = "rse_result"  # the "kind" of the trace record holding a run's result
 
 CSS = """
@@ -159,7 +161,9 @@ def render_report(result: Mapping[str, Any], title: str = "RSE run") -> str:
         f"<tr><td>bank</td><td>{_count(sizes.get('negative', 0), 'pitfall')}, "
         f"{_count(sizes.get('positive', 0), 'proposition')}</td></tr>"
         f"<tr><td>tokens</td><td>{ledger.get('total_tokens', 0):,} in "
-        f"{ledger.get('calls', 0)} calls, {result.get('wall_s', 0):.1f} s</td></tr></table>"
+        f"{ledger.get('calls', 0)} calls, {result.get('wall_s', 0):.1f} s</td></tr>"
+        + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in paid_lines(ledger))
+        + "</table>"
     )
     body = [
         head,

@@ -180,13 +180,15 @@ def test_summary_says_when_no_prompt_saw_the_bank(blocks, distill, says_unguided
     assert guided == [bool(b) for b in blocks]
 
 
-def test_solve_says_what_the_run_cost_as_it_is_paid(capsys):
-    """The summary and --json read the cache and timings the server reported, and price them:
-    cached prompt tokens at the cached price, the rest at the input and output prices."""
+def test_solve_says_what_the_run_cost_as_it_is_paid(capsys, tmp_path):
+    """The summary, the report page and --json read the cache and timings the server
+    reported, and price them: cached prompt tokens at the cached price, the rest at the input
+    and output prices."""
     price = "input=2,cached=0.5,output=8"
+    page = tmp_path / "run.html"
     with threaded_server(default_reply=reply, prefix_cache="llama.cpp") as srv:
         base = ["solve", PROBLEM, "--base-url", srv.base_url, "--rounds", "2", "--k", "2"]
-        assert cli.main([*base, "--quiet", "--price", price]) == 0
+        assert cli.main([*base, "--quiet", "--price", price, "--report", str(page)]) == 0
         text = capsys.readouterr().out
         sent = list(srv.usages)
         assert cli.main([*base, "--quiet", "--json", "--price", price]) == 0
@@ -197,6 +199,8 @@ def test_solve_says_what_the_run_cost_as_it_is_paid(capsys):
     completion = sum(u["completion_tokens"] for u in sent)
     assert 0 < cached < prompt
     assert f"served from the server's cache: {cached:,} of {prompt:,}" in text
+    row = f"<td>prompt tokens served from the server&#x27;s cache</td><td>{cached:,} of {prompt:,}"
+    assert row in page.read_text()
     dollars = ((prompt - cached) * 2 + cached * 0.5 + completion * 8) / 1e6
     assert f"cost at the given prices: ${dollars:.4g}" in text
     decode = completion * 0.049  # the fixture's decode rate, as its timings report it
