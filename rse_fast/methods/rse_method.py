@@ -220,6 +220,7 @@ class RSEMethod(Method):
         guided_rounds: list[int] = []  # rounds whose prompts carried a non-empty bank block
         sampled = 0  # rollouts so far: sample j is seeded as self-consistency's sample j
         stopped = False  # by stop_epsilon
+        passed: dict[str, bool] = {}  # rollout text → passed the stated examples (the stop's)
         for r in range(1, self.max_rounds + 1):
             shown = 0 if settled else c.count_tokens(block)
             unit = roll + shown
@@ -268,7 +269,7 @@ class RSEMethod(Method):
                 settled = True
                 if cfg.settle_spend == "stop":
                     break
-            if await self._stops(problem, rounds, spend.left / max(1.0, roll)):
+            if await self._stops(problem, rounds, spend.left / max(1.0, roll), passed):
                 stopped = True
                 break
         pool: list[Candidate] = []
@@ -327,20 +328,23 @@ class RSEMethod(Method):
         )
         return MethodResult(self.name, budget, final, pool, c.ledger, meta)
 
-    async def _stops(self, problem: Problem, rounds: list[Any], still_possible: float) -> bool:
+    async def _stops(
+        self, problem: Problem, rounds: list[Any], still_possible: float, passed: dict[str, bool]
+    ) -> bool:
         """Whether the answers of every round so far are settled by ``stop_epsilon``; on
         code checked on its stated examples (no answers to vote on), whether a rollout has
-        passed them: the pick is the earliest that passes, which no later round can change."""
+        passed them: the pick is the earliest that passes, which no later round can change
+        (``passed``: the verdicts so far, each text run once)."""
         if self.stop_epsilon is None:
             return False
         done = [x for rr in rounds for x in rr.rollouts if x.error is None]
         check = problem.visible_check
         if self.checker == "visible" and check is not None and problem.answer_of is no_answer:
             for x in done:
-                outcome = await asyncio.to_thread(check, x.text)
-                if outcome is not None and outcome.passed:
-                    return True
-            return False
+                if x.text not in passed:
+                    outcome = await asyncio.to_thread(check, x.text)
+                    passed[x.text] = outcome is not None and outcome.passed
+            return any(passed[x.text] for x in done)
         weights = (
             confidence_weights([x.confidence for x in done]) if self.weighs_by_confidence else None
         )
