@@ -180,8 +180,8 @@ def paid_lines(ledger: dict[str, Any], price: CostModel | None = None) -> list[t
         lines.append(
             (
                 "server time",
-                f"prefill {timed['prefill']:.1f} s, decode {timed['decode']:.1f} s "
-                f"({timed['calls']} of {ledger.get('calls', 0)} calls timed)",
+                f"prefill {timed['prefill']:.1f} s, decode {timed['decode']:.1f} s, summed over "
+                f"{timed['calls']} of {ledger.get('calls', 0)} calls (parallel calls overlap)",
             )
         )
     if price is not None:

@@ -204,7 +204,7 @@ def test_solve_says_what_the_run_cost_as_it_is_paid(capsys, tmp_path):
     dollars = ((prompt - cached) * 2 + cached * 0.5 + completion * 8) / 1e6
     assert f"cost at the given prices: ${dollars:.4g}" in text
     decode = completion * 0.049  # the fixture's decode rate, as its timings report it
-    assert f"decode {decode:.1f} s ({len(sent)} of {len(sent)} calls timed)" in text
+    assert f"decode {decode:.1f} s, summed over {len(sent)} of {len(sent)} calls" in text
     ledger = data["ledger"]
     assert ledger["cached_prompt_tokens"] == sum(
         u["prompt_tokens_details"]["cached_tokens"] for u in sent_json
