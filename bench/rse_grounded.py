@@ -37,7 +37,7 @@ from bench.rse_ablation import Cell, CellRecords, guided_vs_sc_samples, run_cell
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
 from rse_fast.methods.types import Candidate
-from rse_fast.methods.voting import passing_visible, vote_final
+from rse_fast.methods.voting import behaviour_vote, passing_visible, vote_final
 
 HERE = Path(__file__).parent
 WORK = HERE / "results" / "rse_grounded"
@@ -125,6 +125,16 @@ def filtered_pick(problem: Any, texts: list[str], boxed_answers: bool = False) -
     return final.text if final is not None else ""
 
 
+def clustered_pick(problem: Any, texts: list[str]) -> str:
+    """The pick of ``+cluster`` from a stored pool: among the samples that pass the stated
+    examples, the largest group of programs that give back the same on the probe inputs (the
+    library's filter and behaviour vote, as a live run calls them)."""
+    pool = [problem.candidate(t, cost=0) for t in texts]
+    voters, _ = asyncio.run(passing_visible(pool, problem.visible_check))
+    final, _ = asyncio.run(behaviour_vote(voters, problem.behaviour))
+    return final.text if final is not None else ""
+
+
 def stop_share(problem: Any, texts: list[str], wave: int) -> float:
     """The share of sc's pool sc+filter+stop would have paid for: on code its pick is the
     earliest sample that passes the stated examples, and it stops in that sample's wave (a
@@ -164,11 +174,24 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         # replayed: the stop the library runs live on code, with code's no-answer pick
         finals[STOPPED] = {p.id: filtered_pick(p, recs["sc"][p.id]["pool_texts"])
                            for p in chosen}  # fmt: skip
+    if cell.task == HE:
+        for label, source in CLUSTERED.items():
+            if source in recs:
+                finals[label] = {p.id: clustered_pick(p, recs[source][p.id]["pool_texts"])
+                                 for p in chosen}  # fmt: skip
+        if cell.boxed_code_answers and "rse+check" in recs:
+            # rse+check's pick under the later rule (the earliest passer), which the cluster
+            # vote is measured against where the cell ran under the boxed one
+            finals[EARLIEST_RSE] = {p.id: filtered_pick(p, recs["rse+check"][p.id]["pool_texts"])
+                                    for p in chosen}  # fmt: skip
     score = {m: [float(ds.grade(p, f[p.id])) for p in chosen] for m, f in finals.items()}
     tokens = {m: [float(recs[m][p.id]["tokens"]) for p in chosen] for m in cell.methods}
     tokens.setdefault("sc+filter", tokens.get("sc", []))
     walls = {m: [float(recs[m][p.id]["wall_s"]) for p in chosen] for m in cell.methods}
     walls.setdefault("sc+filter", walls.get("sc", []))
+    for label, source in {**CLUSTERED, EARLIEST_RSE: "rse+check"}.items():
+        if label in finals:
+            tokens[label], walls[label] = tokens[source], walls[source]
     if STOPPED in finals:
         share = [stop_share(p, recs["sc"][p.id]["pool_texts"], cell.k) for p in chosen]
         tokens[STOPPED] = [t * s for t, s in zip(tokens["sc"], share, strict=True)]
@@ -226,6 +249,11 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
 
 #: sc+filter+stop, replayed from sc's pool (see :func:`stop_share`)
 STOPPED = "sc+filter+stop-replayed"
+#: the behaviour vote replayed on a live method's pool (see :func:`clustered_pick`): label →
+#: the method whose pool (and so whose cost) it reads
+CLUSTERED = {"sc+filter+cluster-replayed": "sc", "rse+check+cluster-replayed": "rse+check"}
+#: rse+check's pool picked as the library picks on code now (a cell run under the boxed rule)
+EARLIEST_RSE = "rse+check-earliest-replayed"
 
 #: the issue's names for the comparisons a cell reports, paired by problem
 PAIRS = {
@@ -234,6 +262,11 @@ PAIRS = {
     "rse_vs_sc": ("rse", "sc"),
     "rse_recomputed_vs_rse": ("rse+arith", "rse"),
     "rse_passing_vs_rse_checked": ("rse+check:passing", "rse+check"),
+    # the behaviour vote against the earliest passer of the same pool (the pick without it;
+    # sc's is the stop's, whose pick is that of the whole pool)
+    "sc_clustered_vs_earliest": ("sc+filter+cluster-replayed", STOPPED),
+    "rse_clustered_vs_earliest": ("rse+check+cluster-replayed", EARLIEST_RSE),
+    "rse_clustered_vs_rse_checked": ("rse+check+cluster-replayed", "rse+check"),
 }
 
 

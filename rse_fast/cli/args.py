@@ -36,6 +36,21 @@ def float_in(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str],
     return parse
 
 
+def budget_amount(text: str) -> tuple[str, float]:
+    """A run's cap: whole tokens (``8000``), or dollars (``$0.01``, priced by ``--price``)."""
+    raw = text.strip()
+    unit = "price" if raw.startswith("$") else "tokens"
+    try:
+        value = float(raw.removeprefix("$").replace(",", ""))
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or (unit == "tokens" and not value.is_integer()) or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive whole number of tokens (8000) or dollars ($0.01), got {text!r}"
+        )
+    return unit, value
+
+
 def k_list(text: str) -> str:
     """Rollouts per round: one integer >= 1, or a comma list of them."""
     parts = text.split(",")

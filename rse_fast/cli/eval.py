@@ -32,7 +32,9 @@ def add_parser(sub: Any) -> None:
         "reflexion, rse:<variant>), each optionally with +stop (stop once the vote is "
         "settled), +conf (vote weighted by token confidence), +conf-online, +filter (sc, bon: "
         "pick among candidates passing a code problem's stated examples), +check (rse: run "
-        "each rollout's code on them), e.g. sc,sc+stop+conf,rse+conf,rse+check,bon+filter",
+        "each rollout's code on them), +cluster (sc, rse on code: programs vote by their "
+        "outputs on inputs near the stated examples'), e.g. "
+        "sc,sc+stop+conf,rse+conf,rse+check,bon+filter,sc+filter+cluster",
     )
     p.add_argument(
         "--dataset",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rse_fast.cli.args import (
     add_server_arguments,
+    budget_amount,
     float_in,
     int_in,
     k_list,
@@ -61,6 +62,23 @@ def add_parser(sub: Any) -> None:
         "--report",
         metavar="HTML",
         help="write a self-contained report page (default for --demo: rse-fast-demo-report.html)",
+    )
+    p.add_argument(
+        "--budget",
+        type=budget_amount,
+        metavar="TOKENS|$DOLLARS",
+        help="cap the whole run (rollouts and distillation): never spend past it; rounds and "
+        "K are then the most it plans (as the library's make_method('rse') in cap mode); "
+        "$ amounts are priced by --price",
+    )
+    p.add_argument(
+        "--stop",
+        nargs="?",
+        const="default",
+        type=stop_epsilon,
+        metavar="EPSILON",
+        help="with --budget: stop after a round once every round's answers are settled "
+        "(Beta criterion at 1 - EPSILON; default the library's +stop), the rest unspent",
     )
     p.add_argument("--checkpoint", help="directory for per-round checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
@@ -141,6 +159,19 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         args.problem, args.gold = demo["problem"], args.gold or demo["answer"]
     if not args.problem:
         parser.error("give a problem, or --demo")
+    if args.stop is not None and args.budget is None:
+        parser.error("--stop needs --budget: a stop hands back what is left of a budget")
+    if args.budget is not None:
+        apart = [flag for flag, given in (
+            ("--checkpoint", args.checkpoint), ("--bank-in", args.bank_in),
+            ("--bank-out", args.bank_out), ("--distill-final-round", args.distill_final_round),
+            ("--distill-base-url", args.distill_base_url),
+            ("--k with a list", args.k is not None and "," in str(args.k)),
+        ) if given]  # fmt: skip
+        if apart:
+            parser.error(f"--budget plans its own rounds; it does not take {', '.join(apart)}")
+        if args.budget[0] == "price" and args.price is None:
+            parser.error("a budget in $ needs --price input=…,cached=…,output=… to price calls")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -208,6 +239,16 @@ def format_summary(result: RSEResult, bank: Any = None, price: CostModel | None 
                 lines.append(f"  {name} [support {item['support']}]: {item['text']}")
     roles = ", ".join(f"{k} {v['total_tokens']:,}" for k, v in result.ledger["roles"].items())
     lines.append(f"tokens: {result.ledger['total_tokens']:,} ({roles}); time {result.wall_s:.1f}s")
+    budget = result.ledger.get("budget")
+    if budget is not None:
+        from rse_fast.llm.cost import amount_text
+
+        label = budget["unit"]
+        lines.append(
+            f"  budget: spent {amount_text(budget['spent'], label)} of "
+            f"{amount_text(budget['amount'], label)} {'' if label == '$' else label}".rstrip()
+            + f"; {amount_text(budget['unspent'], label)} left unspent"
+        )
     from rse_fast.llm.cost import paid_lines
 
     lines.extend(f"  {label}: {text}" for label, text in paid_lines(result.ledger, price))
@@ -230,6 +271,15 @@ def unguided_note(result: RSEResult) -> list[str]:
 def config_from(args: argparse.Namespace, local: bool) -> RSEConfig:
     from rse_fast.rse.config import RSEConfig
 
+    return RSEConfig(**config_fields(args, local))
+
+
+#: What a budgeted run plans itself (``RSEMethod``), not taken from the command line.
+PLANNED = ("rounds", "k", "temperature", "max_tokens", "seed")
+
+
+def config_fields(args: argparse.Namespace, local: bool) -> dict[str, Any]:
+    """The RSEConfig fields the command line sets (its defaults filled in for the server)."""
     for key, value in (LOCAL_DEFAULTS if local else REMOTE_DEFAULTS).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -241,7 +291,7 @@ def config_from(args: argparse.Namespace, local: bool) -> RSEConfig:
         extra["distill_max_tokens"] = args.distill_max_tokens
     if args.guidance is not None:  # else RSEConfig's default
         extra["guidance"] = args.guidance
-    return RSEConfig(
+    return dict(
         rounds=args.rounds,
         k=ks[0] if len(ks) == 1 else ks,
         tau_positive=tau_pos,
@@ -272,6 +322,7 @@ async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
     from rse_fast.llm.trace import JsonlTrace
     from rse_fast.rse.engine import RSE
 
+    fields = config_fields(args, local=not configured_base_url(args))
     cfg = config_from(args, local=not configured_base_url(args))
     async with contextlib.AsyncExitStack() as stack:
         trace = JsonlTrace(args.trace) if args.trace else None
@@ -290,6 +341,13 @@ async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
         progress = None if args.quiet else ProgressDisplay()
         if progress is not None:
             stack.callback(progress.close)
+        if args.budget is not None:
+            result = await solve_within(args, fields, client, Encoder(), progress)
+            if trace is not None:
+                from rse_fast.rse.run_page import RESULT_RECORD
+
+                trace({"kind": RESULT_RECORD, "result": result.to_dict()})
+            return result, None
         rse = RSE(
             client,
             Encoder(),
@@ -315,3 +373,60 @@ async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
             trace({"kind": RESULT_RECORD, "result": result.to_dict()})
         return result, rse.bank
     raise AssertionError("unreachable")
+
+
+def stop_epsilon(text: str) -> float | str:
+    """``--stop``'s ε in (0, 1), or "default" (the library's ``+stop``, read at run time)."""
+    if text == "default":
+        return text
+    return float_in(0.0, 1.0, open_low=True)(text)
+
+
+async def solve_within(
+    args: argparse.Namespace, fields: dict[str, Any], client: Any, encoder: Any, progress: Any
+) -> RSEResult:
+    """RSE under a cap (``--budget``): the library's budgeted RSE plans how many rollouts and
+    rounds fit, distils only where a guided round still fits after, and never spends past
+    the cap; with ``--stop`` it ends once the answers are settled. The result is the one
+    ``solve`` prints, its ledger saying what the budget was and what was left."""
+    import time
+
+    from rse_fast.answers import answers_equivalent
+    from rse_fast.methods import Problem
+    from rse_fast.methods.catalog import STOP_EPSILON
+    from rse_fast.methods.rse_method import RSEMethod
+    from rse_fast.rse.results import RSEResult
+
+    unit, amount = args.budget
+    epsilon = STOP_EPSILON if args.stop == "default" else args.stop
+    method = RSEMethod(
+        encoder=encoder,
+        k=fields["k"],  # one K (a list is refused with --budget)
+        max_rounds=fields["rounds"],
+        config={k: v for k, v in fields.items() if k not in PLANNED},
+        progress=progress,
+        stop_epsilon=epsilon,
+        parallel=fields["k"],
+        max_tokens=fields["max_tokens"],
+        temperature=fields["temperature"],
+        seed=fields["seed"],
+        budget_mode="cap",
+        budget_unit=args.price if unit == "price" else "tokens",
+    )
+    t0 = time.perf_counter()
+    run = await method.run(Problem("solve", args.problem, args.gold), amount, client)
+    answer = run.final.answer if run.final is not None else None
+    correct = None
+    if args.gold is not None:
+        correct = answer is not None and answers_equivalent(answer, args.gold)
+    return RSEResult(
+        problem=args.problem,
+        answer=answer,
+        votes=int(run.meta.get("votes") or 0),
+        total_votes=int(run.meta.get("voters") or 0),
+        correct=correct,
+        rounds=run.rounds,
+        bank_sizes=run.meta["bank_sizes"],
+        ledger=run.ledger.summary(),
+        wall_s=time.perf_counter() - t0,
+    )

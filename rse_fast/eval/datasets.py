@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import importlib.resources
 import json
 import math
@@ -24,9 +25,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rse_fast.answers import Verdict, check_equivalence, extract_answer
-from rse_fast.eval.examples import Example, visible_examples, visible_tests
+from rse_fast.eval.examples import (
+    Example,
+    behaviour_tests,
+    probe_calls,
+    visible_examples,
+    visible_tests,
+)
 from rse_fast.eval.grading import Criterion
-from rse_fast.eval.sandbox import Limits, run_tests
+from rse_fast.eval.sandbox import Limits, SandboxResult, run_tests
 from rse_fast.methods.types import Problem, VisibleResult, no_answer
 
 Kind = Literal["verifiable", "code", "rubric"]
@@ -144,11 +151,15 @@ def code_problem(
 ) -> Problem:
     """A code problem: complete ``stub`` (signature and docstring) so that ``entry_point``
     passes ``test`` (a ``check(candidate)``, for grading alone); ``examples``, what the
-    problem states for itself, are checkable while solving (``Problem.visible_check``)."""
+    problem states for itself, are checkable while solving (``Problem.visible_check``), and
+    inputs near theirs show how two programs that pass them differ (``Problem.behaviour``)."""
     meta: dict[str, Any] = {"test": test, "entry_point": entry_point, "stub": stub}
     if examples:
         meta["visible_tests"] = visible_tests(examples, entry_point)
         meta["visible_examples"] = len(examples)
+        probes = probe_calls(examples, entry_point)
+        if probes:
+            meta["probe_tests"] = behaviour_tests(probes, entry_point)
     problem = Problem(
         problem_id,
         "Complete this Python function. Reply with the whole "
@@ -158,6 +169,8 @@ def code_problem(
         answer_of=no_answer,
     )
     problem.visible_check = functools.partial(passes_visible, problem)
+    if "probe_tests" in meta:
+        problem.behaviour = functools.partial(behaviour_of, problem)
     return problem
 
 
@@ -344,13 +357,7 @@ def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> Visib
     if not tests:
         return None
     code = humaneval_code(problem, text)
-    result = run_tests(
-        code,
-        tests,
-        problem.meta["entry_point"],
-        helpers=problem.meta["stub"],
-        limits=Limits(timeout_s=timeout_s),
-    )
+    result = _run_code(problem, code, tests, timeout_s)
     examples = int(problem.meta.get("visible_examples") or 0)
     reason, detail = result.reason, result.detail
     if reason == "load-error" and not _CODE.search(text):
@@ -370,6 +377,30 @@ def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> Visib
     )
 
 
+def behaviour_of(problem: Problem, text: str, timeout_s: float = 5.0) -> str | None:
+    """What the response's program does on inputs near the stated examples', as a short
+    digest two programs share when they gave back the same on every probe (None: the problem
+    has no probes). Code that does not load, or that the sandbox stopped, has a digest of its
+    own kind: programs that fail alike count together, apart from those that ran."""
+    tests = problem.meta.get("probe_tests")
+    if not tests:
+        return None
+    result = _run_code(problem, humaneval_code(problem, text), tests, timeout_s)
+    seen = result.value if result.passed else [result.reason]
+    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()[:16]
+
+
+def _run_code(problem: Problem, code: str, tests: str, timeout_s: float) -> SandboxResult:
+    """``code`` served from the sandbox, ``tests`` run here with the problem's own helpers."""
+    return run_tests(
+        code,
+        tests,
+        problem.meta["entry_point"],
+        helpers=problem.meta["stub"],
+        limits=Limits(timeout_s=timeout_s),
+    )
+
+
 def _code_line(code: str, line: int | None) -> str:
     """``line 7: if is_prime(i):``, the line a failure was raised at ("" when unknown)."""
     lines = code.splitlines()
@@ -382,11 +413,5 @@ def _code_line(code: str, line: int | None) -> str:
 def run_humaneval(problem: Problem, text: str, timeout_s: float = 10.0) -> float:
     """1.0 if the response's code passes the problem's tests: the code serves calls from the
     sandbox, the tests (with the problem's own helpers, from its stub) run here."""
-    result = run_tests(
-        humaneval_code(problem, text),
-        problem.meta["test"],
-        problem.meta["entry_point"],
-        helpers=problem.meta["stub"],
-        limits=Limits(timeout_s=timeout_s),
-    )
+    result = _run_code(problem, humaneval_code(problem, text), problem.meta["test"], timeout_s)
     return 1.0 if result.passed else 0.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _ARROWS = ("==>", "➞", "=>", "->", "==")
 _BOOLS = re.compile(r"\b(true|false|none)\b")
@@ -104,4 +105,81 @@ def visible_tests(examples: list[Example], entry_point: str) -> str:
             f"        raise AssertionError({raised!r} + _why + {wanted!r}) from None\n"
             f"    assert _got == {ex.expected}, {said!r} + repr(_got) + {wanted!r}"
         )
+    return "\n".join(body) + "\n"
+
+
+#: Probe calls a behaviour signature runs at most (a sandbox run serves them all).
+PROBES = 16
+
+
+def _variants(value: Any) -> list[Any]:
+    """Small, deterministic changes to one literal argument: neighbours of a number, a string
+    or list shortened, reversed, emptied or grown by its own first item. Magnitudes stay near
+    the stated ones, so a slow but right program is not told apart from a fast one."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value + 1, value - 1, 0]
+    if isinstance(value, float):
+        return [value + 0.5, -value, 0.0]
+    if isinstance(value, (str, list, tuple)):
+        seq: Any = value  # one of the three; each slices and grows as the others do
+        return [seq[::-1], seq[1:], seq + seq[:1], seq[:0]]
+    if isinstance(value, dict):
+        keys = list(value)
+        return [{k: value[k] for k in keys[1:]}, {}] if keys else []
+    return []
+
+
+def probe_calls(examples: list[Example], entry_point: str, limit: int = PROBES) -> list[str]:
+    """Calls of ``entry_point`` on inputs near the stated examples' (one argument changed at a
+    time, taken in turn from each example and argument), none a stated call: what two programs
+    that both pass the examples do differently shows there (AlphaCode and MBR-exec cluster
+    programs by their outputs on such inputs). Only literals, as the examples are."""
+    per_example: list[list[str]] = []
+    stated = {ex.call for ex in examples}
+    for ex in examples:
+        node = ast.parse(ex.call, mode="eval").body
+        assert isinstance(node, ast.Call)
+        args = [ast.literal_eval(a) for a in node.args]
+        calls: list[str] = []
+        for i, arg in enumerate(args):
+            for changed in _variants(arg):
+                text = ", ".join(repr(changed if j == i else a) for j, a in enumerate(args))
+                call = f"{entry_point}({text})"
+                if call not in stated:
+                    calls.append(call)
+        per_example.append(calls)
+    found: list[str] = []
+    for turn in range(max((len(c) for c in per_example), default=0)):
+        for calls in per_example:
+            if turn < len(calls) and calls[turn] not in found and len(found) < limit:
+                found.append(calls[turn])
+    return found
+
+
+def behaviour_tests(calls: list[str], entry_point: str) -> str:
+    """A ``check(candidate)`` that returns what each probe call gave back (its value's repr,
+    floats to 6 places; or the name of what it raised) instead of asserting anything: the
+    program's behaviour as data, for a vote among programs."""
+    body = [
+        "def _norm(x):",
+        "    if isinstance(x, float):",
+        "        return round(x, 6) if x == x else 'nan'",
+        "    if isinstance(x, (list, tuple)):",
+        "        return type(x)(_norm(i) for i in x)",
+        "    if isinstance(x, dict):",
+        "        return {k: _norm(v) for k, v in x.items()}",
+        "    return x",
+        "",
+        f"def check(candidate):\n    {entry_point} = candidate\n    seen = []",
+    ]
+    for call in calls:
+        body.append(
+            f"    try:\n"
+            f"        seen.append(repr(_norm({call}))[:400])\n"
+            f"    except Exception as _error:\n"
+            f"        seen.append('raised ' + type(_error).__name__)"
+        )
+    body.append("    return seen")
     return "\n".join(body) + "\n"

@@ -100,6 +100,9 @@ class SandboxResult:
     #: the line of the candidate's code the failure was raised at, when it raised there (a
     #: load error, or the last call, if it raised); None for a wrong value, a kill or a pass
     line: int | None = None
+    #: what the tests' ``check`` returned when it ran through (harness-side data, e.g. a
+    #: program's outputs on probe inputs); None otherwise
+    value: Any = None
 
 
 def _line(reply: dict[str, Any]) -> int | None:
@@ -330,6 +333,7 @@ def run_tests(
         timer = threading.Timer(limits.timeout_s, cand.kill)
         timer.start()
         reason, detail = "passed", ""
+        value: Any = None
         try:
             why = cand.start()
             if why is not None:
@@ -339,7 +343,7 @@ def run_tests(
                 exec(compile(helpers, "helpers.py", "exec"), namespace)
                 exec(compile(tests, "tests.py", "exec"), namespace)
                 namespace["candidate"] = cand
-                namespace["check"](cand)
+                value = namespace["check"](cand)
         except CandidateGone as exc:
             reason, detail = "failed", str(exc)
         except BaseException as exc:  # an assertion, or the candidate's raised error
@@ -361,4 +365,5 @@ def run_tests(
         line=cand.failed_line if reason in ("failed", "load-error") else None,
         calls=cand.calls,
         process_filter=cand.process_filter,
+        value=value if reason == "passed" else None,
     )

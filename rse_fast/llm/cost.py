@@ -152,11 +152,11 @@ def spend_summary(ledger: Ledger) -> dict[str, Any]:
     prices included, can be read from it later: the units are linear in these)."""
     records = list(ledger.records)
     return {
-        "prompt_tokens": sum(r.prompt_tokens for r in records),
-        "cached_prompt_tokens": sum(r.cached_tokens or 0 for r in records),
+        "prompt_tokens": ledger.prompt_tokens,
+        "cached_prompt_tokens": ledger.cached_tokens,
         # calls whose server said anything of its cache (0: the cached count means "unknown")
         "cache_reported_calls": sum(r.cached_tokens is not None for r in records),
-        "completion_tokens": sum(r.completion_tokens for r in records),
+        "completion_tokens": ledger.completion_tokens,
         "time_s": CostModel("time").of_records(records),
         "server_timed_calls": sum(r.prefill_s is not None for r in records),
     }

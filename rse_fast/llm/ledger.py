@@ -171,6 +171,16 @@ class Ledger:
             return sum(r.total_tokens for r in self.records)
 
     @property
+    def prompt_tokens(self) -> int:
+        with self._lock:
+            return sum(r.prompt_tokens for r in self.records)
+
+    @property
+    def completion_tokens(self) -> int:
+        with self._lock:
+            return sum(r.completion_tokens for r in self.records)
+
+    @property
     def cached_tokens(self) -> int:
         """Prompt tokens the servers said their prefix caches served."""
         with self._lock:
@@ -219,8 +229,8 @@ class Ledger:
         timed = [r for r in recs if r.prefill_s is not None and r.decode_s is not None]
         return {
             "total_tokens": self.total_tokens,
-            "prompt_tokens": sum(r.prompt_tokens for r in recs),
-            "completion_tokens": sum(r.completion_tokens for r in recs),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
             # None where no server said anything of its cache (not "0 served")
             "cached_prompt_tokens": details.get("prompt_tokens_details", {}).get("cached_tokens"),
             "reasoning_tokens": details.get("completion_tokens_details", {}).get(

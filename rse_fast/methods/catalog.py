@@ -66,11 +66,13 @@ def _modifier_options(modifier: str) -> dict[str, Any]:
         "filter": {"execution_filter": True},
         # RSE: each rollout's code run on the stated examples, failures banked as pitfalls
         "check": {"checker": "visible"},
+        # code: the pick by behaviour, programs grouped by their outputs on probe inputs
+        "cluster": {"behaviour_vote": True},
     }
     return table[modifier]
 
 
-MODIFIERS = ("stop", "conf", "conf-online", "filter", "check")
+MODIFIERS = ("stop", "conf", "conf-online", "filter", "check", "cluster")
 
 
 def make_method(name: str, **options: Any) -> Method:
@@ -99,7 +101,9 @@ def make_method(name: str, **options: Any) -> Method:
             once the vote is settled, ε = :data:`STOP_EPSILON`), ``+conf`` (the vote weighted
             by the model's token confidence), ``+conf-online`` (unsure samples stopped
             mid-stream), ``+filter`` (sc, bon: the pick among candidates that pass the
-            examples a code problem states), ``+check`` (rse: rollouts' code run on them);
+            examples a code problem states), ``+check`` (rse: rollouts' code run on them),
+            ``+cluster`` (sc, rse on code: programs vote by what they give back on inputs
+            near the stated examples');
             ``make_method("sc+stop+conf")``. An option given by keyword wins over one a
             modifier sets; a modifier the family cannot take is refused as an unknown option.
         options: the family's keyword options (``parallel``, ``max_tokens``, ``temperature``,

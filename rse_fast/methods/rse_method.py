@@ -19,9 +19,11 @@ from rse_fast.methods.types import Candidate, MethodResult, Problem, no_answer
 from rse_fast.methods.voting import (
     ConfidenceRule,
     answers_settled,
+    behaviour_vote,
     confidence_weights,
     confident_vote,
     passing_visible,
+    refuse_stopped_behaviour_vote,
     valid_epsilon,
     vote_final,
 )
@@ -99,6 +101,8 @@ class RSEMethod(Method):
             ask for their logprobs and the final vote filters and weights by the model's
             confidence, as ``sc``'s does (the variant ``conf-distill`` also distills only a
             round's more confident half).
+        behaviour_vote: on code, the final pick is by behaviour on probe inputs, as ``sc``'s
+            (see :class:`~rse_fast.methods.sc.SelfConsistency`); not with ``stop_epsilon``.
     """
 
     name = "rse"
@@ -116,9 +120,12 @@ class RSEMethod(Method):
         checker: ExperienceChecker | Literal["visible"] | None = None,
         stop_epsilon: float | None = None,
         confidence: ConfidenceRule | bool | None = None,
+        behaviour_vote: bool = False,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        refuse_stopped_behaviour_vote(behaviour_vote, stop_epsilon is not None)
+        self.behaviour_vote = behaviour_vote
         self.confidence = ConfidenceRule() if confidence is True else confidence or None
         self.stop_epsilon = valid_epsilon(stop_epsilon)
         self.encoder, self.k, self.max_rounds, self.progress = encoder, k, max_rounds, progress
@@ -286,7 +293,9 @@ class RSEMethod(Method):
         if self.checker == "visible" and problem.visible_check is not None:
             # the same pick as sc's and best-of-N's execution filter: among those that pass
             voters, checked = await passing_visible(pool, problem.visible_check)
-        if self.confidence is not None:
+        if self.behaviour_vote and problem.behaviour is not None:
+            final, votes = await behaviour_vote(voters, problem.behaviour)
+        elif self.confidence is not None:
             final, votes = await off_loop(confident_vote, voters, self.confidence)
         else:
             final, votes = await off_loop(vote_final, voters)
@@ -326,7 +335,7 @@ class RSEMethod(Method):
         meta["distilled_rounds"] = sum(
             any(x.distill != "skipped" for x in rr.rollouts) for rr in rounds
         )
-        return MethodResult(self.name, budget, final, pool, c.ledger, meta)
+        return MethodResult(self.name, budget, final, pool, c.ledger, meta, rounds=rounds)
 
     async def _stops(
         self, problem: Problem, rounds: list[Any], still_possible: float, passed: dict[str, bool]

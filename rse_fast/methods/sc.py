@@ -15,18 +15,21 @@ from rse_fast.methods.voting import (
     ConfidenceRule,
     OnlineGate,
     ToolVote,
+    behaviour_vote,
     beta_settled,
     check_visible,
     confident_vote,
     filtered_settled,
     passed_visible,
     passing_visible,
+    refuse_stopped_behaviour_vote,
     settled,
     tool_call_key,
     valid_epsilon,
     vote_final,
     vote_settled,
     vote_tools,
+    voted_behaviour,
 )
 from rse_fast.methods.waves import EarlyStop, RunBudget, in_waves
 
@@ -43,7 +46,11 @@ class SelfConsistency(Method):
     In ``cap`` mode what a stop leaves unspent is the result's ``unspent`` and stays out of
     the ledger (and so of the service's usage). ``execution_filter``: on a problem with a
     ``visible_check`` (code run on the examples it states), the vote is among the samples
-    that pass them (all, when none does)."""
+    that pass them (all, when none does). ``behaviour_vote``: on code (a problem with
+    probes, ``Problem.behaviour``), programs that give back the same on inputs near the
+    stated examples' vote together, the largest group's earliest wins (without it code has
+    no answer to count, and the pick is the earliest); it decides once the pool is whole, so
+    it does not combine with a stop."""
 
     name = "sc"
     takes_tools = True
@@ -58,10 +65,13 @@ class SelfConsistency(Method):
         stop_epsilon: float | None = None,
         confidence: ConfidenceRule | bool | None = None,
         execution_filter: bool = False,
+        behaviour_vote: bool = False,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
         self.execution_filter = execution_filter
+        self.behaviour_vote = behaviour_vote
+        refuse_stopped_behaviour_vote(behaviour_vote, early_stop or stop_epsilon is not None)
         if tool_vote not in ("name", "arguments"):
             raise ValueError(f"tool_vote must be 'name' or 'arguments', got {tool_vote!r}")
         self.stop_epsilon = valid_epsilon(stop_epsilon)
@@ -145,7 +155,10 @@ class SelfConsistency(Method):
         voters, checked = pool, None
         if self.execution_filter and problem.visible_check is not None:
             voters, checked = await passing_visible(pool, problem.visible_check)
-        final, meta = await off_loop(self._final, bool(problem.tools), voters)
+        if self.behaviour_vote and problem.behaviour is not None and not problem.tools:
+            final, meta = await behaviour_vote(voters, problem.behaviour)
+        else:
+            final, meta = await off_loop(self._final, bool(problem.tools), voters)
         if checked is not None:
             meta["execution_filter"] = checked
         if gate is not None:
@@ -164,7 +177,10 @@ class SelfConsistency(Method):
         voters, checked = cut.pool, None
         if "execution_filter" in full.meta:
             voters, checked = passed_visible(cut.pool)
-        final, meta = self._final("tool_vote" in full.meta, voters)
+        if "behaviour_groups" in full.meta:
+            final, meta = voted_behaviour(voters)
+        else:
+            final, meta = self._final("tool_vote" in full.meta, voters)
         if checked is not None:
             meta["execution_filter"] = checked
         result = MethodResult(self.name, cut.tokens, final, cut.pool, cut.ledger, meta)

@@ -25,6 +25,9 @@ class Candidate:
     origin: str = "sample"  # sample | refine | fuse | beam | particle | rse-round-N
     tool_calls: tuple[dict[str, Any], ...] = ()  # agentic requests: the calls it asked for
     reasoning: str | None = None  # a thinking model's trace behind the text, when it sent one
+    #: code: a digest of what its program did on the problem's probe inputs (equal digests,
+    #: same behaviour), left by the behaviour vote so a smaller budget's re-vote runs nothing
+    behaviour: str | None = None
 
     @classmethod
     def of(cls, text: str, **kw: Any) -> Candidate:
@@ -39,6 +42,9 @@ class MethodResult:
     pool: list[Candidate]
     ledger: Ledger
     meta: dict[str, Any] = field(default_factory=dict)
+    #: an RSE run's rounds as its engine recorded them (``RoundResult``: prompts, rollouts,
+    #: what each distillation kept), for a report page; not part of ``to_dict``
+    rounds: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def tokens(self) -> int:
@@ -139,6 +145,10 @@ class Problem:
     visible_check: Callable[[str], VisibleResult | None] | None = field(
         default=None, repr=False, compare=False
     )
+    #: code: a digest of what a response's program gives back on inputs near the stated
+    #: examples' (``eval.examples.probe_calls``), for a vote among programs by behaviour;
+    #: None where the problem has no probes
+    behaviour: Callable[[str], str | None] | None = field(default=None, repr=False, compare=False)
     #: what a response's answer is, the key votes and stops count (None: its ``\boxed{}``
     #: or stated final answer); :func:`no_answer` for code, whose answer is its behaviour.
     answer_of: Callable[[str], str | None] | None = field(default=None, repr=False, compare=False)

@@ -233,6 +233,47 @@ def passed_visible(pool: list[Candidate]) -> tuple[list[Candidate], dict[str, An
     return (passing or pool), meta
 
 
+async def behaviour_vote(
+    pool: list[Candidate], behaviour: Callable[[str], str | None]
+) -> tuple[Candidate | None, dict[str, Any]]:
+    """A vote among programs: candidates whose code gave back the same on every probe input
+    count together (each distinct text run once, off the event loop; the digest is left on
+    the candidate), the largest group wins, ties to the group seen first, and its earliest
+    candidate is the pick. Code has no final answer to count; its behaviour is one."""
+    digests: dict[str, str | None] = {c.text: c.behaviour for c in pool if c.behaviour}
+    for c in pool:
+        if c.text not in digests:
+            digests[c.text] = await asyncio.to_thread(behaviour, c.text)
+        c.behaviour = digests[c.text]
+    return voted_behaviour(pool)
+
+
+def refuse_stopped_behaviour_vote(behaviour_vote: bool, stops: bool) -> None:
+    """The behaviour vote counts groups once the pool is whole; a stop decides before that
+    (on code: at the first sample that passes the examples), so one would overrule the other."""
+    if behaviour_vote and stops:
+        raise ValueError(
+            "behaviour_vote does not combine with a stop (stop_epsilon, early_stop): the vote "
+            "by behaviour needs the whole pool; use one or the other"
+        )
+
+
+def voted_behaviour(pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
+    """:func:`behaviour_vote` from the digests already on the candidates (a pool cut to a
+    smaller budget re-votes without running code); a candidate without one counts alone."""
+    if not pool:
+        return None, {"votes": 0, "voters": 0}
+    keys = [c.behaviour or f"unprobed {k}" for k, c in enumerate(pool)]
+    counts = Counter(keys)
+    winner = max(counts, key=lambda key: (counts[key], -keys.index(key)))
+    sizes = sorted(counts.values(), reverse=True)
+    return pool[keys.index(winner)], {
+        "votes": counts[winner],
+        "voters": len(pool),
+        "behaviour_groups": sizes,
+    }
+
+
 def best_index(scores: list[float]) -> int | None:
     """Index of the highest score (NaN counts as lowest), ties to the earliest; None if empty."""
     if not scores:

@@ -226,8 +226,7 @@ def _budget(body: dict[str, Any], caps: Caps) -> tuple[CostModel, float]:
 def usage_of(ledger: Ledger) -> dict[str, Any]:
     """OpenAI's usage over every call the method made, with the details the upstream
     reported (its cache's share of the prompt, the completion's thinking)."""
-    prompt = sum(r.prompt_tokens for r in ledger.records)
-    completion = sum(r.completion_tokens for r in ledger.records)
+    prompt, completion = ledger.prompt_tokens, ledger.completion_tokens
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

@@ -312,3 +312,33 @@ def test_a_jsonl_code_dataset_is_checked_on_its_own_visible_tests_and_graded_on_
     failed = p.visible_check(wrong)
     assert not failed.passed and "add(2, 2) returned 0, expected 4" in failed.failure
     assert [ds.grade(p, t) for t in (right, fits_the_example_only, wrong)] == [1.0, 0.0, 0.0]
+
+
+def test_programs_that_pass_the_stated_examples_are_told_apart_by_behaviour():
+    """HumanEval/0's probes (inputs near its two examples): the right program written two
+    ways shares one digest; one that passes both examples by counting (len > 3) does not, nor
+    one that does not load. The probes come from the stated examples, never the hidden tests."""
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    looped = (
+        "```python\ndef has_close_elements(numbers, threshold):\n"
+        "    for i in range(len(numbers)):\n"
+        "        for j in range(i + 1, len(numbers)):\n"
+        "            if abs(numbers[i] - numbers[j]) < threshold:\n"
+        "                return True\n"
+        "    return False\n```"
+    )
+    counting = WRONG.replace("return True", "return len(numbers) > 3")
+    broken = WRONG.replace("return True", "return (")
+    assert p.visible_check(counting).passed  # the stated examples cannot tell it apart
+    digests = [p.behaviour(t) for t in (RIGHT, looped, counting, broken)]
+    assert digests[0] == digests[1] and len(set(digests)) == 3
+    hidden = [
+        line.strip()
+        .removeprefix("assert ")
+        .split(" == ")[0]
+        .replace("candidate(", "has_close_elements(")
+        for line in p.meta["test"].splitlines()
+        if "candidate(" in line
+    ]
+    assert len(hidden) > 3 and not any(call in p.meta["probe_tests"] for call in hidden)

@@ -232,3 +232,60 @@ def test_solve_refuses_a_price_without_its_output_price(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["solve", "x", "--base-url", "http://127.0.0.1:1", "--price", "input=1"])
     assert exc.value.code == 2 and "output= missing" in capsys.readouterr().err
+
+
+def test_solve_within_a_budget_never_spends_past_it_and_says_what_was_left(capsys):
+    """``--budget`` runs the library's budgeted RSE in cap mode: the server's own usage stays
+    under the cap, the summary and --json say what was spent and left; ``--stop`` ends once
+    the answers are settled (the fake's rounds agree) and leaves more of it."""
+    with threaded_server(default_reply=reply) as srv:
+        base = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "3", "--gold", GOLD]
+        assert cli.main([*base, "--budget", "3000", "--quiet"]) == 0
+        text = capsys.readouterr().out
+        spent = sum(u["total_tokens"] for u in srv.usages)
+        before = len(srv.usages)
+        assert cli.main([*base, "--budget", "3,000", "--stop", "--quiet", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        stopped = sum(u["total_tokens"] for u in srv.usages[before:])
+    assert 0 < stopped < spent <= 3000
+    assert f"budget: spent {spent:,} of 3,000 tokens; {3000 - spent:,} left unspent" in text
+    assert "correct: False" in text and "round 1: K=3" in text  # the fake's majority is 32
+    budget = data["ledger"]["budget"]
+    assert budget == {"amount": 3000, "unit": "tokens", "spent": stopped,
+                      "unspent": 3000 - stopped}  # fmt: skip
+    assert data["ledger"]["total_tokens"] == stopped and len(data["rounds"]) >= 1
+
+
+def test_solve_prices_a_dollar_budget_by_the_given_prices(capsys):
+    with threaded_server(default_reply=reply) as srv:
+        args = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "2", "--quiet", "--json"]
+        price = ["--price", "input=2,cached=0.5,output=8"]
+        assert cli.main([*args, *price, "--budget", "$0.01"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    budget = data["ledger"]["budget"]
+    assert budget["unit"] == "$" and budget["amount"] == 0.01
+    assert 0 < budget["spent"] <= 0.01 and data["cost"]["spent"] == pytest.approx(budget["spent"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--stop"], "--stop needs --budget"),
+        (["--budget", "1.5"], "positive whole number of tokens"),
+        (["--budget", "$-1"], "positive whole number of tokens"),
+        (["--budget", "$0.01"], "a budget in \\$ needs --price"),
+        (["--budget", "900", "--checkpoint", "ckpt"], "it does not take --checkpoint"),
+        (["--budget", "900", "--k", "2,4"], "it does not take --k with a list"),
+    ],
+)
+def test_solve_refuses_a_budget_it_cannot_keep(capsys, extra, says):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["solve", "x", "--base-url", "http://127.0.0.1:1", *extra])
+    assert exc.value.code == 2
+    assert said(says, capsys.readouterr().err)
+
+
+def said(pattern: str, text: str) -> bool:
+    import re
+
+    return re.search(pattern, " ".join(text.split())) is not None
