@@ -391,7 +391,6 @@ async def solve_within(
     ``solve`` prints, its ledger saying what the budget was and what was left."""
     import time
 
-    from rse_fast.answers import answers_equivalent
     from rse_fast.methods import Problem
     from rse_fast.methods.catalog import STOP_EPSILON
     from rse_fast.methods.rse_method import RSEMethod
@@ -414,17 +413,15 @@ async def solve_within(
         budget_unit=args.price if unit == "price" else "tokens",
     )
     t0 = time.perf_counter()
-    run = await method.run(Problem("solve", args.problem, args.gold), amount, client)
+    problem = Problem("solve", args.problem, args.gold)
+    run = await method.run(problem, amount, client)
     answer = run.final.answer if run.final is not None else None
-    correct = None
-    if args.gold is not None:
-        correct = answer is not None and answers_equivalent(answer, args.gold)
     return RSEResult(
         problem=args.problem,
         answer=answer,
         votes=int(run.meta.get("votes") or 0),
         total_votes=int(run.meta.get("voters") or 0),
-        correct=correct,
+        correct=problem.is_gold(answer),
         rounds=run.rounds,
         bank_sizes=run.meta["bank_sizes"],
         ledger=run.ledger.summary(),

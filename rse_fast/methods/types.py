@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rse_fast.answers import extract_answer
+from rse_fast.answers import answers_equivalent, extract_answer
 from rse_fast.llm.ledger import Ledger
 from rse_fast.llm.types import Message
 from rse_fast.prompts import solve_messages
@@ -156,6 +156,12 @@ class Problem:
     def answer(self, text: str) -> str | None:
         """The answer ``text`` gives to this problem (see ``answer_of``)."""
         return (self.answer_of or extract_answer)(text)
+
+    def is_gold(self, answer: str | None) -> bool | None:
+        """Whether ``answer`` is the reference answer (None: the problem has none)."""
+        if self.gold is None:
+            return None
+        return answer is not None and answers_equivalent(answer, self.gold)
 
     def candidate(self, text: str, **kw: Any) -> Candidate:
         """A pool candidate of ``text``, its answer read as this problem reads answers."""
