@@ -22,7 +22,6 @@ from rse_fast.cli.progress import ProgressDisplay, bank_words
 
 if TYPE_CHECKING:
     from rse_fast.llm.cost import CostModel
-    from rse_fast.rse.config import RSEConfig
     from rse_fast.rse.results import RSEResult
 
 #: Settings for a remote server, and smaller ones sized for the embedded 2-core CPU server.
@@ -268,12 +267,6 @@ def unguided_note(result: RSEResult) -> list[str]:
     ]
 
 
-def config_from(args: argparse.Namespace, local: bool) -> RSEConfig:
-    from rse_fast.rse.config import RSEConfig
-
-    return RSEConfig(**config_fields(args, local))
-
-
 #: What a budgeted run plans itself (``RSEMethod``), not taken from the command line.
 PLANNED = ("rounds", "k", "temperature", "max_tokens", "seed")
 
@@ -320,10 +313,11 @@ def config_fields(args: argparse.Namespace, local: bool) -> dict[str, Any]:
 async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
     from rse_fast.encoder import Encoder
     from rse_fast.llm.trace import JsonlTrace
+    from rse_fast.rse.config import RSEConfig
     from rse_fast.rse.engine import RSE
 
     fields = config_fields(args, local=not configured_base_url(args))
-    cfg = config_from(args, local=not configured_base_url(args))
+    cfg = RSEConfig(**fields)
     async with contextlib.AsyncExitStack() as stack:
         trace = JsonlTrace(args.trace) if args.trace else None
         if trace is not None:
