@@ -377,27 +377,36 @@ def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> Visib
     )
 
 
-def behaviour_of(problem: Problem, text: str, timeout_s: float = 5.0) -> str | None:
+#: One probe call's time limit: a probe a program cannot answer in it (prime_fib(0) loops
+#: for ever in a right program) answers TimeoutError, and the other probes still run.
+PROBE_CALL_S = 0.25
+
+
+def behaviour_of(problem: Problem, text: str, timeout_s: float = 6.0) -> str | None:
     """What the response's program does on inputs near the stated examples', as a short
     digest two programs share when they gave back the same on every probe (None: the problem
     has no probes). Code that does not load, or that the sandbox stopped, has a digest of its
-    own kind: programs that fail alike count together, apart from those that ran."""
+    own kind: programs that fail alike count together, apart from those that ran. Each probe
+    has ``PROBE_CALL_S`` (16 of them fit in the run's ``timeout_s``)."""
     tests = problem.meta.get("probe_tests")
     if not tests:
         return None
-    result = _run_code(problem, humaneval_code(problem, text), tests, timeout_s)
+    code = humaneval_code(problem, text)
+    result = _run_code(problem, code, tests, timeout_s, call_timeout_s=PROBE_CALL_S)
     seen = result.value if result.passed else [result.reason]
     return hashlib.sha256(json.dumps(seen).encode()).hexdigest()[:16]
 
 
-def _run_code(problem: Problem, code: str, tests: str, timeout_s: float) -> SandboxResult:
+def _run_code(
+    problem: Problem, code: str, tests: str, timeout_s: float, call_timeout_s: float = 0.0
+) -> SandboxResult:
     """``code`` served from the sandbox, ``tests`` run here with the problem's own helpers."""
     return run_tests(
         code,
         tests,
         problem.meta["entry_point"],
         helpers=problem.meta["stub"],
-        limits=Limits(timeout_s=timeout_s),
+        limits=Limits(timeout_s=timeout_s, call_timeout_s=call_timeout_s),
     )
 
 

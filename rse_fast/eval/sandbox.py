@@ -85,6 +85,17 @@ class Limits:
     processes: int = 64
     output_bytes: int = 1 << 20  # stdout + stderr of the candidate; past it, it is killed
     reply_bytes: int = 4 << 20  # one reply of one call
+    #: one call's own limit (0: none): a call past it answers TimeoutError and the next call
+    #: runs, so one slow input does not cost the rest (the run's ``timeout_s`` still holds)
+    call_timeout_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"Limits.timeout_s must be above 0 seconds, got {self.timeout_s}")
+        if not self.call_timeout_s >= 0:
+            raise ValueError(
+                f"Limits.call_timeout_s must be 0 (no limit) or more, got {self.call_timeout_s}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,7 +199,8 @@ class _Candidate:
                 os.chown(p, uid, uid)
         cpu = max(1, int(limits.timeout_s + 0.999))
         args = [str(cpu), str(limits.memory_mb << 20), str(limits.file_mb << 20),
-                str(limits.processes), entry, str(req_r), str(rep_w)]  # fmt: skip
+                str(limits.processes), entry, str(req_r), str(rep_w),
+                str(limits.call_timeout_s)]  # fmt: skip
         python = interpreter()
         if strong:
             script = f"{SANDBOX_DIR}/server.py"

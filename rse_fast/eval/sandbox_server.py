@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import struct
 import sys
 from typing import TYPE_CHECKING, Any
@@ -181,8 +182,37 @@ def candidate_line(exc: BaseException) -> int | None:
     return line
 
 
-def serve(cpu_s: int, memory: int, fsize: int, nproc: int, entry: str, req: int, rep: int) -> None:
-    """Limit, filter, load ``entry`` from candidate.py, then answer one call per line."""
+class _CallTimeout(BaseException):
+    """A call ran past its own time limit (a BaseException, so ``except Exception`` in the
+    candidate does not swallow it; a bare ``except`` can, and the run's timeout still holds)."""
+
+
+def _timed(fn: Any, args: list[Any], limit_s: float) -> Any:
+    """``fn(*args)`` stopped by SIGALRM after ``limit_s`` seconds (0: no limit). The alarm
+    raises only while armed, so one that lands after the call returned does nothing."""
+    if limit_s <= 0:
+        return fn(*args)
+    armed = [True]
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        if armed[0]:
+            raise _CallTimeout
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    try:
+        return fn(*args)
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def serve(
+    cpu_s: int, memory: int, fsize: int, nproc: int, entry: str, req: int, rep: int,
+    call_s: float = 0.0,
+) -> None:  # fmt: skip
+    """Limit, filter, load ``entry`` from candidate.py, then answer one call per line, each
+    within ``call_s`` seconds when it is set (a call past it answers TimeoutError)."""
     for limit, value in (
         (resource.RLIMIT_CPU, cpu_s),
         (resource.RLIMIT_AS, memory),
@@ -217,7 +247,9 @@ def serve(cpu_s: int, memory: int, fsize: int, nproc: int, entry: str, req: int,
             args = decode(json.loads(line))
             out: dict[str, Any]
             try:
-                out = {"value": encode(fn(*args))}
+                out = {"value": encode(_timed(fn, args, call_s))}
+            except _CallTimeout:
+                out = {"raised": "TimeoutError", "message": f"the call ran over {call_s} s"}
             except RecursionError as exc:
                 out = {"raised": "RecursionError", "message": "maximum recursion depth",
                        "line": candidate_line(exc)}  # fmt: skip
@@ -233,7 +265,7 @@ def serve(cpu_s: int, memory: int, fsize: int, nproc: int, entry: str, req: int,
 
 def main(argv: list[str]) -> None:
     cpu_s, memory, fsize, nproc = map(int, argv[0:4])
-    serve(cpu_s, memory, fsize, nproc, argv[4], int(argv[5]), int(argv[6]))
+    serve(cpu_s, memory, fsize, nproc, argv[4], int(argv[5]), int(argv[6]), float(argv[7]))
 
 
 if __name__ == "__main__":

@@ -65,3 +65,34 @@ def test_the_replayed_stop_is_the_gates_own_test_token_by_token():
         conf = [rng.uniform(0.5, 4.0) for _ in range(rng.randrange(0, 60))]
         by_gate = next((t for t in range(1, len(conf) + 1) if gate.unsure(conf[:t])), None)
         assert frontier.stopped_where(conf, gate) == by_gate
+
+
+def pooled_cell(split: str, grades: dict[str, list[float]], secs: dict[str, float]) -> dict:
+    """A summarized cell: every method at every budget k costs k * 100 tokens per problem and
+    k * secs[method] seconds, with the same grades at every budget."""
+    methods = {
+        m: {str(k): {"per_problem": g, "per_problem_tokens": [k * 100.0] * len(g),
+                     "per_problem_time": [k * secs[m]] * len(g)} for k in frontier.BUDGETS}
+        for m, g in grades.items()
+    }  # fmt: skip
+    return {"cell": f"{split}-cell", "split": split, "methods": methods}
+
+
+def test_the_best_rule_picked_on_dev_is_read_once_on_test_in_each_unit():
+    """The dev cells favour rule x, which is worse on test: the rule picked on the test pools
+    ties sc there, the rule picked on dev loses; in time, x (twice as slow) only fits from
+    the second budget on."""
+    secs = {"sc": 1.0, "sc+stop": 1.0, "x": 2.0}
+    dev = pooled_cell("dev", {"sc": [0, 1], "sc+stop": [0, 1], "x": [1, 1]}, secs)
+    test = pooled_cell("test", {"sc": [1, 1], "sc+stop": [1, 1], "x": [0, 1]}, secs)
+    tokens = frontier.pooled_targets([dev, test])
+    assert tokens["problems"] == 2 and tokens["unit"] == "tokens"
+    assert tokens["best_vs_sc_equal_cost"]["diff"] == 0.0
+    on_dev = tokens["best_picked_on_dev_vs_sc_equal_cost"]
+    assert {b["method"] for b in on_dev["by_budget"].values()} == {"x"}
+    assert on_dev["diff"] == -0.5 and on_dev["dev_cells"] == ["dev-cell"]
+    savings = tokens["savings_at_sc_accuracy"]
+    assert savings["budget_samples"] == 2 and savings["ratio"] == 2 / 16
+    time = frontier.pooled_targets([dev, test], "time")["best_picked_on_dev_vs_sc_equal_cost"]
+    assert [time["by_budget"][str(k)]["diff"] for k in frontier.BUDGETS] == [0, -0.5, -0.5, -0.5]
+    assert time["by_budget"]["2"]["method"] != "x"

@@ -342,3 +342,31 @@ def test_programs_that_pass_the_stated_examples_are_told_apart_by_behaviour():
         if "candidate(" in line
     ]
     assert len(hidden) > 3 and not any(call in p.meta["probe_tests"] for call in hidden)
+
+
+def test_a_probe_that_loops_in_every_program_still_lets_the_others_tell_them_apart():
+    """HumanEval/39's probes are prime_fib(0), on which a right program loops for ever, and
+    prime_fib(6): each probe has its own time limit, so two right programs share a digest and
+    one that memorised the examples (and loops on 0 as well) does not."""
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/39")
+    assert "prime_fib(0)" in p.meta["probe_tests"] and "prime_fib(6)" in p.meta["probe_tests"]
+    counting = (
+        "```python\ndef prime_fib(n):\n    a, b = 0, 1\n    while True:\n"
+        "        a, b = b, a + b\n"
+        "        if a > 1 and all(a % d for d in range(2, int(a ** 0.5) + 1)):\n"
+        "            n -= 1\n            if n == 0:\n                return a\n```"
+    )
+    listed = (
+        "```python\ndef prime_fib(n):\n    f = [0, 1]\n    found = 0\n    while True:\n"
+        "        f.append(f[-1] + f[-2])\n        k = f[-1]\n"
+        "        if k >= 2 and not any(k % d == 0 for d in range(2, k)):\n"
+        "            found += 1\n            if found == n:\n                return k\n```"
+    )
+    memorised = (
+        "```python\ndef prime_fib(n):\n    while n < 1:\n        pass\n"
+        "    return [2, 3, 5, 13, 89, 144][n - 1]\n```"
+    )
+    assert all(p.visible_check(t).passed for t in (counting, listed, memorised))
+    digests = [p.behaviour(t) for t in (counting, listed, memorised)]
+    assert digests[0] == digests[1] != digests[2]

@@ -228,6 +228,44 @@ def test_sleeping_past_the_timeout_is_killed():
     assert time.perf_counter() - started < 3
 
 
+PROBES = """def check(candidate):
+    seen = []
+    for x in (0, 2, 5):
+        try:
+            seen.append(candidate(x))
+        except TimeoutError:
+            seen.append("timed out")
+    return seen
+"""
+
+
+@pytest.mark.parametrize(
+    "stall",
+    [
+        "while True:\n            pass",
+        "import time\n        time.sleep(60)",
+        # a candidate's own ``except Exception`` does not swallow the call's limit
+        "while True:\n            try:\n                sum(range(10**6))\n"
+        "            except Exception:\n                pass",
+    ],
+)
+def test_a_call_past_its_own_limit_answers_timeout_and_the_next_call_runs(stall):
+    body = f"def double(x):\n    if x == 0:\n        {stall}\n    return 2 * x"
+    started = time.perf_counter()
+    result = run(body, Limits(timeout_s=3, call_timeout_s=0.2), tests=PROBES)
+    assert result.passed and result.value == ["timed out", 4, 10]
+    assert time.perf_counter() - started < 2.5
+    # without a call limit the same run is stopped whole
+    assert run(body, Limits(timeout_s=1), tests=PROBES).reason == "timeout"
+
+
+def test_limits_name_a_bad_value_no_isolation():
+    with pytest.raises(ValueError, match="call_timeout_s"):
+        Limits(call_timeout_s=-1)
+    with pytest.raises(ValueError, match="timeout_s must be above 0"):
+        Limits(timeout_s=0)
+
+
 def test_no_network_even_to_a_listening_port():
     """Something listens on the host's loopback, so a connection would succeed without the
     network namespace (the old test's port had nothing on it and could not fail)."""
