@@ -5,8 +5,9 @@ pastes the rollout into a fresh prompt, in the same run, on the same problems.
     python -m bench distill_cache            # -> results/distill_cache.json
 
 RSE at its defaults but with every round-1 rollout distilled (settle rule off, two rounds),
-four slots, on the 0.5B model, on two tasks: three-term sums (rollouts of ~100 tokens) and
-grade-school word problems (longer rollouts). The share is the server's own count: the prompt
+in three forms (``FORMS``: the default, the brief ask, the pasted prompt), four slots, on the
+0.5B model, on two tasks: three-term sums (rollouts of ~100 tokens) and grade-school word
+problems (longer rollouts). The share is the server's own count: the prompt
 tokens of the ``distill`` calls that ``prompt_tokens_details.cached_tokens`` reports as cached,
 over their prompt tokens, and the prefill seconds llama.cpp's ``timings`` report. The ask that
 follows the rollout is new text no cache can hold, so the share is bounded by the rollout's
@@ -85,8 +86,18 @@ async def prefix_tokens(client: LLMClient, messages: list[Any]) -> int | None:
     return common_prefix(full, before) if full and before else None
 
 
+#: The distillation forms, each the RSEConfig fields it sets: the default (continuing the
+#: rollout's conversation with the full ask), the short ask ``rse:brief`` uses, and the
+#: pasted fresh prompt of before 2026-12-03.
+FORMS: dict[str, dict[str, Any]] = {
+    "continuing": {"distill_continues": True},
+    "continuing-brief": {"distill_continues": True, "distill_ask": "brief"},
+    "fresh": {"distill_continues": False},
+}
+
+
 async def run_form(
-    server: LocalServer, encoder: Encoder, spec: str, continues: bool
+    server: LocalServer, encoder: Encoder, spec: str, fields: dict[str, Any]
 ) -> dict[str, Any]:
     """RSE on the task's problems with one distillation form; its distillations' counts."""
     calls: list[dict[str, Any]] = []
@@ -96,14 +107,12 @@ async def run_form(
             calls.append(record)
 
     client = LLMClient(server.base_url, server.model_name, trace=keep)
-    config = RSEConfig(
-        rounds=2, k=4, max_tokens=384, settle_margin=None, distill_continues=continues
-    )
+    config = RSEConfig(rounds=2, k=4, max_tokens=384, settle_margin=None, **fields)
     rse = RSE(client, encoder, config)
     try:
         for problem in load_dataset(spec, PROBLEMS, SEED).problems:
             await rse.solve(problem.prompt, gold=problem.gold)
-        if continues:
+        if fields["distill_continues"]:
             for call in calls:
                 call["prefix_tokens"] = await prefix_tokens(client, call["request"]["messages"])
     finally:
@@ -117,8 +126,8 @@ async def measure() -> dict[str, Any]:
     async with LocalServer(MODEL, parallel=4) as server:
         for name, spec in TASKS:
             forms = {
-                form: await run_form(server, encoder, spec, continues)
-                for form, continues in (("continuing", True), ("fresh", False))
+                form: await run_form(server, encoder, spec, fields)
+                for form, fields in FORMS.items()
             }
             tasks[name] = {"task": spec, **forms}
     return tasks
@@ -136,6 +145,10 @@ def main() -> None:
         # the headline is the task with the shortest rollouts, where the ask weighs most
         "distill_cached_share": min(c["cached_share"] for c in continuing),
         "distill_prefix_served_share": min(c["prefix_served_share"] for c in continuing),
+        # the short ask (rse:brief, opt-in until a dev cell says what it does to accuracy)
+        "distill_cached_share_brief": min(
+            t["continuing-brief"]["cached_share"] for t in tasks.values()
+        ),
         "wall_s": time.perf_counter() - t0,
     }
     path = write_result("distill_cache", payload)

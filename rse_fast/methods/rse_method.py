@@ -51,6 +51,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "guided": {"select_from": "guided"},
     "last": {"select_from": "last"},
     "pasted": {"distill_continues": False},  # the distillation prompt before 2026-12-03
+    # the short ask (the schema gives the shape): more of a continued distillation is cached
+    "brief": {"distill_ask": "brief"},
     # experience from running the code alone (with checker="visible"): no model distillation
     "grounded": {"distill_with_model": False},
     # with checker="visible": a passing rollout's code is filed as a verified proposition

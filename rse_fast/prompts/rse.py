@@ -95,7 +95,16 @@ def answer_split(answers: Sequence[str | None], own: str | None = None) -> str:
     return text + (f"; this attempt: {own if own is not None else 'no answer'}" if own else "")
 
 
-def _distill_ask(max_items: int, max_words: int, style: DistillFormat) -> str:
+DistillAsk = Literal["full", "brief"]
+
+
+def _distill_ask(max_items: int, max_words: int, style: DistillFormat, ask: DistillAsk) -> str:
+    if ask == "brief":  # the reply's shape comes from the JSON schema, not from this text
+        return (
+            f"Up to {max_items} lines per list, under {max_words} words each. propositions: "
+            "results you re-checked, with numbers. pitfalls: wrong steps it took, and why. "
+            "Empty lists when unsure."
+        )
     if style == "compact":
         return (
             f"Write at most {max_items} short lines (under {max_words} words each) in each "
@@ -116,6 +125,11 @@ def _distill_ask(max_items: int, max_words: int, style: DistillFormat) -> str:
     )
 
 
+#: The brief ask's opening, continuing a rollout's conversation (the full ask's is
+#: "Now review the reply above as someone else's attempt." and the distiller's system text).
+BRIEF_REVIEW = "Review the reply above as another's attempt that may be wrong. JSON only."
+
+
 def distill_messages(
     problem: str,
     response: str,
@@ -127,9 +141,12 @@ def distill_messages(
     style: DistillFormat = "compact",
     split: str | None = None,
     rollout: Sequence[Message] | None = None,
+    ask: DistillAsk = "full",
 ) -> list[Message]:
     """Distil(x, ω): the problem, the attempt's reasoning trace (its dead ends are there) and
     final response, optionally how the round's answers split → propositions and pitfalls.
+    ``ask="brief"``: a short ask (~40 tokens against ~150) for a server that enforces the
+    reply's JSON schema: a continued conversation's cache then serves more of the prompt.
 
     With ``rollout`` (the rollout's own messages) the distillation is the next turn of that
     conversation: its exact prompt, the reply as the assistant turn, then the ask. A server's
@@ -145,21 +162,22 @@ def distill_messages(
             attempt += "\n(cut off by its length limit)"
         if split:
             attempt += f"\n\nFinal answers of all attempts this round: {split}."
-        ask = _distill_ask(max_items, max_words, style)
-        user = f"Problem:\n{problem.strip()}\n\n{attempt}\n\n{ask}"
+        request = _distill_ask(max_items, max_words, style, ask)
+        user = f"Problem:\n{problem.strip()}\n\n{attempt}\n\n{request}"
         return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
-    notes = [f"Now review the reply above as someone else's attempt. {DISTILL_SYSTEM}"]
+    opening = f"Now review the reply above as someone else's attempt. {DISTILL_SYSTEM}"
+    notes = [BRIEF_REVIEW if ask == "brief" else opening]
     if reasoning:
         notes.append(f"The reasoning behind that reply was:\n{reasoning.strip()}")
     if truncated:
         notes.append("That reply was cut off by its length limit.")
     if split:
         notes.append(f"Final answers of all attempts this round: {split}.")
-    ask = "\n\n".join([*notes, _distill_ask(max_items, max_words, style)])
+    request = "\n\n".join([*notes, _distill_ask(max_items, max_words, style, ask)])
     return [
         *rollout,
         {"role": "assistant", "content": response},
-        {"role": "user", "content": ask},
+        {"role": "user", "content": request},
     ]
 
 
@@ -170,7 +188,7 @@ def is_distillation(messages: Sequence[Message]) -> bool:
         return False
     last = str(messages[-1].get("content") or "")
     return messages[0].get("content") == DISTILL_SYSTEM or (
-        messages[-1].get("role") == "user" and DISTILL_SYSTEM in last
+        messages[-1].get("role") == "user" and (DISTILL_SYSTEM in last or BRIEF_REVIEW in last)
     )
 
 

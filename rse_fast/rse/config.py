@@ -36,6 +36,9 @@ class RSEConfig:
             ``structured`` (a proposition's statement, conditions, source; a pitfall's context,
             kind, trigger, action, consequence). No field beyond an item's main text and no
             minimum count is required: an empty list is a valid reply.
+        distill_ask: ``full`` (the ask says what each list holds and the reply's shape) or
+            ``brief`` (~40 tokens: the JSON schema the server enforces gives the shape; the
+            ask is the one part of a continued distillation no prefix cache holds).
         distill_final_round: distill the last round too. Off by default: nothing reads the
             last round's bank unless it is saved (``--bank-out``) or carried to another
             problem, and the reference never distills its last round.
@@ -133,6 +136,7 @@ class RSEConfig:
     distill_max_tokens: int | None = None
     distill_length_ratio: float = 0.75
     distill_format: Literal["compact", "structured"] = "compact"
+    distill_ask: Literal["full", "brief"] = "full"
     distill_continues: bool | None = None
     distill_final_round: bool = False
     distill_sees_votes: bool = False
@@ -196,6 +200,7 @@ class RSEConfig:
             "dedup_policy": ("keep-first", "replace-longer"),
             "select_from": ("all", "guided", "last"),
             "distill_format": ("compact", "structured"),
+            "distill_ask": ("full", "brief"),
             "guidance": ("short", "rules"),
             "settle_spend": ("sample", "stop"),
             "distill_mode": ("each", "batch"),
@@ -214,6 +219,12 @@ class RSEConfig:
             raise ValueError(f"min_support_shown must be >= 1, got {self.min_support_shown}")
         if self.distill_retries < 0:
             raise ValueError(f"distill_retries must be >= 0, got {self.distill_retries}")
+        schema_shapes_each = self.use_json_schema and self.distill_mode == "each"
+        if self.distill_ask == "brief" and not schema_shapes_each:
+            raise ValueError(
+                "distill_ask='brief' leaves the reply's shape to the JSON schema: it needs "
+                "use_json_schema=True and distill_mode='each'"
+            )
         if not (self.use_positive or self.use_negative):
             raise ValueError("use_positive and use_negative cannot both be False")
 

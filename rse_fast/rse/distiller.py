@@ -243,6 +243,7 @@ class Distiller:
         messages = distill_messages(
             problem, shown, items, words, reasoning, rec.truncated,
             style=cfg.distill_format, split=votes, rollout=rollout if continues else None,
+            ask=cfg.distill_ask,
         )  # fmt: skip
         params, schema = self._distill_request(r, rollout_tokens)
         for attempt in range(cfg.distill_retries + 1):

@@ -592,3 +592,25 @@ async def test_distillation_continues_the_rollout_where_the_server_caches(encode
     late = [r for r in records if r.role == "distill"][4:]
     cached = sum(r.cached_tokens or 0 for r in late) / sum(r.prompt_tokens for r in late)
     assert cached > 0.8, cached
+
+
+async def test_the_brief_ask_leaves_less_of_a_continued_distillation_uncached(encoder):
+    """The same run with the brief ask (rse:brief): its distillations still continue the
+    rollout and are still told apart from rollouts; what no cache holds (the ask) shrinks."""
+    uncached = {}
+    for ask in ("full", "brief"):
+        async with ScriptedServer(default_reply=reply, prefix_cache="llama.cpp") as srv:
+            rse = make_rse(srv.base_url, encoder, rounds=3, k=4, distill_ask=ask)
+            async with rse.client:
+                await rse.solve(PROBLEM, gold=GOLD)
+                late = [r for r in rse.client.ledger.records if r.role == "distill"][4:]
+        distills = [b for b in srv.requests if is_distill(b)][4:]
+        assert late and all(b["messages"][-2]["role"] == "assistant" for b in distills)
+        uncached[ask] = sum(r.prompt_tokens - (r.cached_tokens or 0) for r in late) / len(late)
+    assert uncached["brief"] < 0.6 * uncached["full"], uncached
+
+
+@pytest.mark.parametrize("fields", [{"use_json_schema": False}, {"distill_mode": "batch"}])
+def test_the_brief_ask_needs_the_schema_to_give_the_reply_its_shape(fields):
+    with pytest.raises(ValueError, match="distill_ask='brief'"):
+        RSEConfig(distill_ask="brief", **fields)
