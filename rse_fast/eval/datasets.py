@@ -349,15 +349,20 @@ def humaneval_code(problem: Problem, text: str) -> str:
     return code
 
 
+#: One stated example's time limit: an example the code loops on fails as that call, with
+#: the line it was running, instead of the whole run timing out unnamed.
+VISIBLE_CALL_S = 2.0
+
+
 def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> VisibleResult | None:
     """Whether the response's code passes the examples the problem states (None: it states
     none), with the first failure: the same sandbox as grading, with those examples in place
-    of the hidden tests."""
+    of the hidden tests, each within ``VISIBLE_CALL_S``."""
     tests = problem.meta.get("visible_tests")
     if not tests:
         return None
     code = humaneval_code(problem, text)
-    result = _run_code(problem, code, tests, timeout_s)
+    result = _run_code(problem, code, tests, timeout_s, call_timeout_s=VISIBLE_CALL_S)
     examples = int(problem.meta.get("visible_examples") or 0)
     reason, detail = result.reason, result.detail
     if reason == "load-error" and not _CODE.search(text):

@@ -248,8 +248,9 @@ def serve(
             out: dict[str, Any]
             try:
                 out = {"value": encode(_timed(fn, args, call_s))}
-            except _CallTimeout:
-                out = {"raised": "TimeoutError", "message": f"the call ran over {call_s} s"}
+            except _CallTimeout as exc:
+                out = {"raised": "TimeoutError", "message": f"the call ran over {call_s} s",
+                       "line": candidate_line(exc)}  # fmt: skip
             except RecursionError as exc:
                 out = {"raised": "RecursionError", "message": "maximum recursion depth",
                        "line": candidate_line(exc)}  # fmt: skip

@@ -242,6 +242,10 @@ RAISES = (
     "```python\ndef has_close_elements(numbers, threshold):\n"
     "    gap = threshold - threshold\n    return len(numbers) / gap > 1\n```"
 )
+LOOPS = (
+    "```python\ndef has_close_elements(numbers, threshold):\n    i = 0\n"
+    "    while i < len(numbers): i *= 1\n    return False\n```"
+)
 OWN_TEST_FAILS = (
     "```python\ndef has_close_elements(numbers, threshold):\n    return False\n\n"
     "assert has_close_elements([1.0, 1.1], 0.5), 'Test case 1 failed'\n```"
@@ -257,6 +261,13 @@ OWN_TEST_FAILS = (
             "failed an example the problem states: has_close_elements([1.0, 2.0, 3.0], 0.5) "
             "raised ZeroDivisionError: float division by zero, expected False "
             "(raised at line 3: return len(numbers) / gap > 1)",
+        ),
+        (  # a call that never returned: that call, past its own limit, and the line it ran
+            LOOPS,
+            "failed",
+            "failed an example the problem states: has_close_elements([1.0, 2.0, 3.0], 0.5) "
+            "raised TimeoutError: the call ran over 2.0 s, expected False "
+            "(raised at line 3: while i < len(numbers): i *= 1)",
         ),
         (  # the reply's own test at module level: nothing stated ran, and it says where
             OWN_TEST_FAILS,
