@@ -162,7 +162,7 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error("--stop needs --budget: a stop hands back what is left of a budget")
     if args.budget is not None:
         apart = [flag for flag, given in (
-            ("--checkpoint", args.checkpoint), ("--bank-in", args.bank_in),
+            ("--bank-in", args.bank_in),
             ("--bank-out", args.bank_out), ("--distill-final-round", args.distill_final_round),
             ("--distill-base-url", args.distill_base_url),
             ("--k with a list", args.k is not None and "," in str(args.k)),
@@ -405,6 +405,8 @@ async def solve_within(
         seed=fields["seed"],
         budget_mode="cap",
         budget_unit=args.price if unit == "price" else "tokens",
+        checkpoint_dir=args.checkpoint,
+        resume=args.resume,
     )
     t0 = time.perf_counter()
     problem = Problem("solve", args.problem, args.gold)

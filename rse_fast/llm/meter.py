@@ -15,10 +15,12 @@ so only a client of a server without one relies on the default margin for its fi
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rse_fast.errors import BudgetExhaustedError
 from rse_fast.llm.cost import TOKENS, CostModel
+from rse_fast.llm.ledger import CallRecord
 
 #: The smallest completion worth a call (a verdict, a short step).
 MIN_COMPLETION = 16
@@ -100,6 +102,10 @@ class BudgetCap:
     @property
     def room(self) -> float:
         return self.budget - self.settled - self.reserved
+
+    def book_earlier(self, records: Iterable[CallRecord]) -> None:
+        """Count calls an interrupted run already paid for (restored from its checkpoint)."""
+        self.settled += self.cost.of_records(records)
 
     def _priced(self, grant: Grant) -> float:
         return grant.prompts * grant.prompt * self._in + grant.n * grant.completion * self._out

@@ -7,8 +7,9 @@ Variants for ablations are named ``rse:<variant>`` (see :data:`VARIANTS`): each 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from rse_fast.answers import off_loop
@@ -31,6 +32,7 @@ from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import solve_messages
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.checking import CodeExamplesChecker, ExperienceChecker
+from rse_fast.rse.checkpoint import Checkpoint
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
 from rse_fast.rse.results import Progress
@@ -71,6 +73,24 @@ VARIANTS: dict[str, dict[str, Any]] = {
 PROMPT_OVERHEAD_TOKENS = 40
 #: The distillation prompt's own instructions, in tokens (a first estimate).
 DISTILL_PROMPT_TOKENS = 160
+
+
+@dataclass
+class LoopState:
+    """What the budgeted loop carries from round to round; a checkpoint saves it with the
+    rounds, so a resumed run plans its next round as the interrupted one would have."""
+
+    roll: float  # tokens a rollout costs, as measured so far (the prior before any)
+    dist: float  # tokens a distillation costs, as measured so far
+    budget: list[Any]  # [unit, amount]: a resume under another budget is refused
+    block: str = ""  # the bank as the next round's prompts show it
+    settled: bool = False
+    bank_prompt_tokens: int = 0  # the bank block inside guided prompts (estimated)
+    guided_rounds: list[int] = field(default_factory=list)  # rounds shown a non-empty bank
+    sampled: int = 0  # rollouts so far: sample j is seeded as self-consistency's sample j
+    stopped: bool = False  # by stop_epsilon
+    finished: bool = False  # the loop ended: a resume only votes
+    passed: dict[str, bool] = field(default_factory=dict)  # rollout text → passed examples
 
 
 def distill_guess(cfg: RSEConfig, prompt: float, completion: float, k: int) -> float:
@@ -123,9 +143,14 @@ class RSEMethod(Method):
         stop_epsilon: float | None = None,
         confidence: ConfidenceRule | bool | None = None,
         behaviour_vote: bool = False,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        resume: bool = False,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        if resume and checkpoint_dir is None:
+            raise ValueError("resume=True needs checkpoint_dir: the rounds to resume are there")
+        self.checkpoint_dir, self.resume = checkpoint_dir, resume
         refuse_stopped_behaviour_vote(behaviour_vote, stop_epsilon is not None)
         self.behaviour_vote = behaviour_vote
         self.confidence = ConfidenceRule() if confidence is True else confidence or None
@@ -223,64 +248,73 @@ class RSEMethod(Method):
         prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
         dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt, self.k)
+        asked_for = run_budget.in_unit.amount if run_budget.in_unit else run_budget.tokens
+        st = LoopState(roll=roll, dist=dist, budget=[self.budget_unit.unit, float(asked_for)])
         rounds: list[Any] = []
-        block, settled = "", False
-        bank_prompt_tokens = 0  # the bank block inside guided prompts (estimated)
-        guided_rounds: list[int] = []  # rounds whose prompts carried a non-empty bank block
-        sampled = 0  # rollouts so far: sample j is seeded as self-consistency's sample j
-        stopped = False  # by stop_epsilon
-        passed: dict[str, bool] = {}  # rollout text → passed the stated examples (the stop's)
-        for r in range(1, self.max_rounds + 1):
-            shown = 0 if settled else c.count_tokens(block)
-            unit = roll + shown
+        checkpoint = Checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
+        if checkpoint is not None and self.resume:
+            rounds, bank, st = await self._resumed(checkpoint, problem, c, engine, st, bank)
+
+        def save() -> None:
+            if checkpoint is not None and rounds:
+                checkpoint.save(problem.prompt, cfg.to_dict(), rounds, bank, c.ledger, asdict(st))
+
+        for r in range(len(rounds) + 1, 0 if st.finished else self.max_rounds + 1):
+            shown = 0 if st.settled else c.count_tokens(st.block)
+            unit = st.roll + shown
             # later rounds buy whole rollouts as sc's later waves do, and under a cap only
             # as many as it lets run to a typical length: one cut short is a truncated sample
             k_r = min(self.k, spend.units_left(unit, tail=r > 1))
-            asked = prompt_cost(c, solve_messages(problem.prompt, "" if settled else block))
+            asked = prompt_cost(c, solve_messages(problem.prompt, "" if st.settled else st.block))
             if r > 1:
                 k_r = spend.calls_that_fit(k_r, asked, self.max_tokens, unit)
             if k_r == 0:
                 if r > 1:
                     break
                 k_r = 1
-            guided = c.count_tokens(block)
-            guided_asks = prompt_cost(c, solve_messages(problem.prompt, block)) + 60
-            guided_after = spend.room_for(self.k, guided_asks, self.max_tokens, roll + guided + 60)
-            experience = dist * (k_r if cfg.distill_mode == "each" else 1)
+            guided = c.count_tokens(st.block)
+            guided_asks = prompt_cost(c, solve_messages(problem.prompt, st.block)) + 60
+            guided_after = spend.room_for(
+                self.k, guided_asks, self.max_tokens, st.roll + guided + 60
+            )
+            experience = st.dist * (k_r if cfg.distill_mode == "each" else 1)
             distill = (
                 cfg.distill_with_model
-                and not settled
+                and not st.settled
                 and r < self.max_rounds
                 and spend.left - k_r * unit - experience >= guided_after
             )
             # running the code costs no tokens: a checker that runs rollouts files what it
             # saw whenever a later round may read it, bought distillation or not
-            observe = engine.distiller.observes and not settled and r < self.max_rounds
-            bank_prompt_tokens += k_r * shown
-            if shown:
-                guided_rounds.append(r)
+            observe = engine.distiller.observes and not st.settled and r < self.max_rounds
             before = len(c.ledger.records)
             try:
                 result, next_block = await engine.run_round(
-                    problem.prompt, r, bank, problem.gold, "" if settled else block,
-                    distill=distill, first_index=sampled, observe=observe, k=k_r,
+                    problem.prompt, r, bank, problem.gold, "" if st.settled else st.block,
+                    distill=distill, first_index=st.sampled, observe=observe, k=k_r,
                 )  # fmt: skip
             except BudgetExhaustedError:
                 if rounds:
                     break  # a cap-mode budget is spent: answer from the rounds that ran
                 raise
-            sampled += k_r
+            st.bank_prompt_tokens += k_r * shown
+            if shown:
+                st.guided_rounds.append(r)
+            st.sampled += k_r
             rounds.append(result)
-            roll, dist = self._measure(c.ledger.records[before:], shown, roll, dist)
+            st.roll, st.dist = self._measure(c.ledger.records[before:], shown, st.roll, st.dist)
             if distill or observe:
-                block = next_block
+                st.block = next_block
             if r == 1 and engine.settling.is_settled(result):
-                settled = True
+                st.settled = True
                 if cfg.settle_spend == "stop":
                     break
-            if await self._stops(problem, rounds, spend.left / max(1.0, roll), passed):
-                stopped = True
+            if await self._stops(problem, rounds, spend.left / max(1.0, st.roll), st.passed):
+                st.stopped = True
                 break
+            save()
+        st.finished = True
+        save()
         pool: list[Candidate] = []
         for rr in select_rounds(rounds, cfg.select_from):
             for x in rr.rollouts:
@@ -321,13 +355,16 @@ class RSEMethod(Method):
                 for x in rounds
             ],
         }
-        meta["settled"] = settled
+        meta["settled"] = st.settled
         if self.stop_epsilon is not None:
-            meta["early_stop"] = {"stopped": stopped, "rule": f"beta, epsilon {self.stop_epsilon}"}
+            meta["early_stop"] = {
+                "stopped": st.stopped,
+                "rule": f"beta, epsilon {self.stop_epsilon}",
+            }
         if self.checker is not None:
             meta["checks"] = dict(engine.distiller.check_counts)
-        meta["bank_prompt_tokens"] = bank_prompt_tokens
-        meta["guided_rounds"] = guided_rounds
+        meta["bank_prompt_tokens"] = st.bank_prompt_tokens
+        meta["guided_rounds"] = st.guided_rounds
         meta["pool_rounds"] = [
             rr.round
             for rr in select_rounds(rounds, cfg.select_from)
@@ -366,6 +403,39 @@ class RSEMethod(Method):
     def weighs_by_confidence(self) -> bool:
         """Whether the final vote, and so the stop, weighs rollouts by their confidence."""
         return self.confidence is not None and self.confidence.weighted
+
+    async def _resumed(
+        self,
+        checkpoint: Checkpoint,
+        problem: Problem,
+        client: Any,
+        engine: RSE,
+        fresh: LoopState,
+        bank: ExperienceBank,
+    ) -> tuple[list[Any], ExperienceBank, LoopState]:
+        """The rounds, bank and loop state of the checkpoint's last complete round, its
+        calls booked in this run's ledger (and cap); ``fresh`` and ``bank`` when there is
+        none yet. A checkpoint made under another budget is refused."""
+        saved = checkpoint.load(problem.prompt)
+        if saved is None:
+            return [], bank, fresh
+        if saved.state is None:
+            raise ValueError(
+                f"the checkpoint in {checkpoint.dir} was written by a run without a budget; "
+                "resume it without one, or use another directory"
+            )
+        state = LoopState(**saved.state)
+        if state.budget != fresh.budget:
+            raise ValueError(
+                f"the checkpoint in {checkpoint.dir} was made under a budget of "
+                f"{state.budget[1]:g} {state.budget[0]}, not {fresh.budget[1]:g} "
+                f"{fresh.budget[0]}: resume with the same budget, or use another directory"
+            )
+        client.ledger.restore(saved.records)
+        if client.cap is not None:
+            client.cap.book_earlier(saved.records)
+        await engine.recall(saved.rounds)
+        return saved.rounds, saved.bank, state
 
     def _measure(
         self, records: list[Any], shown: int, roll: float, dist: float

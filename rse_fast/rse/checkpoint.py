@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,17 @@ def problem_id(problem: str) -> str:
     return hashlib.sha256(problem.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+@dataclass
+class Saved:
+    """The last complete round's state: the rounds, the bank, the ledger's records, and
+    whatever the run's own loop saved beside them (``state``; None when it saved none)."""
+
+    rounds: list[RoundResult]
+    bank: ExperienceBank
+    records: list[CallRecord]
+    state: dict[str, Any] | None = None
+
+
 class Checkpoint:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.dir = Path(directory)
@@ -35,7 +46,9 @@ class Checkpoint:
         rounds: list[RoundResult],
         bank: ExperienceBank,
         ledger: Ledger,
+        state: dict[str, Any] | None = None,
     ) -> None:
+        """Write round ``rounds[-1]`` (``state``: the caller's own loop state, plain JSON)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         r = rounds[-1].round
         state = {
@@ -43,15 +56,14 @@ class Checkpoint:
             "config": config,
             "rounds": [x.to_dict() for x in rounds],
             "ledger": [asdict(rec) for rec in ledger.records],
+            **({"state": state} if state is not None else {}),
         }
         write_atomic(self.dir / f"round-{r}.json", json.dumps(state, ensure_ascii=False))
         bank.save(self.dir / f"bank-{r}")
         latest = {"round": r, "problem_id": problem_id(problem)}
         write_atomic(self.dir / "latest.json", json.dumps(latest))
 
-    def load(
-        self, problem: str
-    ) -> tuple[list[RoundResult], ExperienceBank, list[CallRecord]] | None:
+    def load(self, problem: str) -> Saved | None:
         """The last complete round's state, or None when there is no checkpoint yet."""
         latest_path = self.dir / "latest.json"
         if not latest_path.exists():
@@ -70,7 +82,10 @@ class Checkpoint:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"{path}: damaged checkpoint ({exc!r}); {_REMEDY}") from None
         bank = ExperienceBank.load(self.dir / f"bank-{latest['round']}")
-        return rounds, bank, records
+        loop = state.get("state")
+        if loop is not None and not isinstance(loop, dict):
+            raise ValueError(f"{path}: damaged checkpoint (its state is not an object); {_REMEDY}")
+        return Saved(rounds, bank, records, loop)
 
 
 _REMEDY = "delete the checkpoint directory (or use another) to start over"

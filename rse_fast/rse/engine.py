@@ -162,12 +162,10 @@ class RSE:
         if resume and self.checkpoint is not None:
             saved = self.checkpoint.load(problem)
             if saved is not None:
-                rounds, bank, records = saved
-                self.client.ledger.restore(records)
+                rounds, bank = saved.rounds, saved.bank
+                self.client.ledger.restore(saved.records)
         resumed_from = len(rounds)
-        self.sides, self.agreeing = {}, set()
-        for done in rounds:
-            await self._note_sides(done.round, done.rollouts)
+        await self.recall(rounds)
         self.bank = bank
         if keep_bank is None and bank_given:
             keep_bank = True  # a bank carried in from another problem is carried on
@@ -221,6 +219,23 @@ class RSE:
             guidance=cfg.guidance,
             shown_if=self._sides_with_vote() if cfg.bank_follows_vote else None,
         )
+
+    async def recall(self, rounds: list[RoundResult]) -> None:
+        """Start from ``rounds`` already run (none: a fresh start): which answer each of
+        their rollouts gave and the answers a stop counts, so a resumed run goes on as the
+        interrupted one would have."""
+        self.sides, self.agreeing = {}, set()
+        self.settling.earlier_answers, self.settling.earlier_confidences = [], []
+        for done in rounds:
+            await self._remember(done.round, done.rollouts)
+
+    async def _remember(self, r: int, records: list[RolloutRecord]) -> None:
+        """What round ``r``'s finished rollouts leave for later rounds: their sides, and
+        their answers for the stop over every round so far."""
+        await self._note_sides(r, records)
+        kept = [x for x in records if x.error is None]
+        self.settling.earlier_answers += [x.answer for x in kept]
+        self.settling.earlier_confidences += [x.confidence for x in kept]
 
     async def _note_sides(self, r: int, records: list[RolloutRecord]) -> None:
         """Which answer each finished rollout gave, and how sure it was; with
@@ -349,12 +364,10 @@ class RSE:
         all_encoded = max(o.encoded_at for o in outcomes)
         decisions = self._insert(bank, outcomes)
         bank.problem_ids.add(problem_id(problem))
-        await self._note_sides(r, [o.record for o in outcomes])
+        records = [o.record for o in outcomes]
+        await self._remember(r, records)
         next_block = self._render(bank, problem, k)
         t_end = time.perf_counter()
-        records = [o.record for o in outcomes]
-        self.settling.earlier_answers += [x.answer for x in records if x.error is None]
-        self.settling.earlier_confidences += [x.confidence for x in records if x.error is None]
         vote = await off_loop(majority_vote, [x.answer for x in records])
         graded = [x.correct for x in records if x.error is None]
         result = RoundResult(

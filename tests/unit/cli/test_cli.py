@@ -256,6 +256,31 @@ def test_solve_within_a_budget_never_spends_past_it_and_says_what_was_left(capsy
     assert data["ledger"]["total_tokens"] == stopped and len(data["rounds"]) >= 1
 
 
+def test_solve_within_a_budget_checkpoints_and_a_finished_run_resumes_to_its_answer(
+    capsys, tmp_path
+):
+    """``--budget`` with ``--checkpoint``: resuming a finished run asks the server for no
+    more completions and reports the same answer and spend; another budget is refused with
+    a message that says what to do."""
+    ckpt = str(tmp_path / "ckpt")
+    with threaded_server(default_reply=reply) as srv:
+        base = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "3", "--quiet", "--json",
+                "--checkpoint", ckpt]  # fmt: skip
+        assert cli.main([*base, "--budget", "3000"]) == 0
+        first = json.loads(capsys.readouterr().out)
+        calls = len(srv.usages)
+        assert cli.main([*base, "--budget", "3000", "--resume"]) == 0
+        again = json.loads(capsys.readouterr().out)
+        assert len(srv.usages) == calls
+        assert cli.main([*base, "--budget", "2000", "--resume"]) == 1
+        err = capsys.readouterr().err
+    assert (
+        again["answer"] == first["answer"]
+        and again["ledger"]["budget"] == first["ledger"]["budget"]
+    )
+    assert "made under a budget of 3000 tokens" in err and "resume with the same budget" in err
+
+
 def test_solve_prices_a_dollar_budget_by_the_given_prices(capsys):
     with threaded_server(default_reply=reply) as srv:
         args = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "2", "--quiet", "--json"]
@@ -274,7 +299,7 @@ def test_solve_prices_a_dollar_budget_by_the_given_prices(capsys):
         (["--budget", "1.5"], "positive whole number of tokens"),
         (["--budget", "$-1"], "positive whole number of tokens"),
         (["--budget", "$0.01"], "a budget in \\$ needs --price"),
-        (["--budget", "900", "--checkpoint", "ckpt"], "it does not take --checkpoint"),
+        (["--budget", "900", "--bank-in", "bank"], "it does not take --bank-in"),
         (["--budget", "900", "--k", "2,4"], "it does not take --k with a list"),
     ],
 )

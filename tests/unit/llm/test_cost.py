@@ -129,3 +129,13 @@ def test_the_eval_pairs_methods_at_matched_spend_in_the_unit_asked():
     old = {k: v for k, v in records[0].items() if k != "spend"}
     with pytest.raises(ValueError, match="tokens only"):
         paired_rows([old], price)
+
+
+def test_a_cap_books_what_an_interrupted_run_already_paid_in_its_own_unit():
+    from rse_fast.llm.meter import BudgetCap
+
+    price = CostModel.parse("price:input=0.15,cached=0.075,output=0.6")
+    cap = BudgetCap(0.01, cost=price)
+    cap.book_earlier([record(), record(cached_tokens=0)])
+    paid = price.of_record(record()) + price.of_record(record(cached_tokens=0))
+    assert cap.room == pytest.approx(0.01 - paid) and cap.settled == pytest.approx(paid)

@@ -12,6 +12,7 @@ from conftest import threaded_server
 from rse_fast.encoder import Encoder
 from rse_fast.errors import RoundFailedError
 from rse_fast.llm.client import LLMClient
+from rse_fast.methods.rse_method import RSEMethod
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE
 from rse_fast.testing import Fault, ScriptedServer
@@ -614,3 +615,44 @@ async def test_the_brief_ask_leaves_less_of_a_continued_distillation_uncached(en
 def test_the_brief_ask_needs_the_schema_to_give_the_reply_its_shape(fields):
     with pytest.raises(ValueError, match="distill_ask='brief'"):
         RSEConfig(distill_ask="brief", **fields)
+
+
+async def test_a_budgeted_run_resumes_where_it_was_cut_and_spends_as_if_never_cut(
+    encoder, tmp_path
+):
+    """RSE under a cap, checkpointed: cut in round 3, resumed, it runs only round 3 (seeded
+    as the uninterrupted run's, shown the bank), the earlier rounds' calls booked in its
+    ledger and its cap, and ends where the uninterrupted run ends. Another budget is refused."""
+    from rse_fast.methods import Problem
+
+    def fail_round_three(i, body):
+        late = is_solve(body) and (body.get("seed") or 0) >= 8
+        return Fault("status", status=503) if late else None
+
+    def method(**kw):
+        return RSEMethod(encoder=encoder, k=4, max_rounds=3, config=MECHANISM,
+                         budget_mode="cap", **kw)  # fmt: skip
+
+    problem, budget, ckpt = Problem("p", PROBLEM, GOLD), 9000, tmp_path / "ckpt"
+    async with ScriptedServer(default_reply=reply) as srv:
+        async with LLMClient(srv.base_url, "scripted", retry=FAST) as c:
+            whole = await method().run(problem, budget, c)
+    assert whole.rounds is not None and len(whole.rounds) == 3
+    async with ScriptedServer(default_reply=reply, faults=fail_round_three) as srv:
+        async with LLMClient(srv.base_url, "scripted", retry=FAST) as c:
+            with pytest.raises(RoundFailedError, match="round 3"):
+                await method(checkpoint_dir=ckpt).run(problem, budget, c)
+    assert json.loads((ckpt / "latest.json").read_text())["round"] == 2
+    async with ScriptedServer(default_reply=reply) as srv:
+        async with LLMClient(srv.base_url, "scripted", retry=FAST) as c:
+            with pytest.raises(ValueError, match="made under a budget of 9000 tokens"):
+                await method(checkpoint_dir=ckpt, resume=True).run(problem, 8000, c)
+            resumed = await method(checkpoint_dir=ckpt, resume=True).run(problem, budget, c)
+    solves = [b for b in srv.requests if is_solve(b)]
+    assert sorted(b["seed"] for b in solves) == [8, 9, 10, 11]
+    assert all(PITFALL in prompt_of(b) for b in solves)
+    assert resumed.rounds is not None and len(resumed.rounds) == 3
+    assert resumed.meta["answer_per_round"] == whole.meta["answer_per_round"]
+    assert resumed.meta["guided_rounds"] == whole.meta["guided_rounds"] == [3]
+    assert resumed.ledger.total_tokens == whole.ledger.total_tokens <= budget
+    assert resumed.final is not None and resumed.final.answer == whole.final.answer
