@@ -362,8 +362,9 @@ def pooled_targets(cells: list[dict[str, Any]], unit: str = "tokens") -> dict[st
     """The issue's targets over the test cells, paired by problem, in ``unit`` (tokens or
     time). The best rule at each budget is picked twice: on the test pools, as the target
     defines it (optimistic), and on the dev pools alone, then read once on the test pools."""
-    test_cells = [c for c in cells if c["split"] == "test"]
-    dev_cells = [c for c in cells if c["split"] == "dev"]
+    # a cell still collecting is reported on its own and pooled once complete
+    test_cells = [c for c in cells if c["split"] == "test" and not c.get("partial")]
+    dev_cells = [c for c in cells if c["split"] == "dev" and not c.get("partial")]
     if not test_cells:
         return {}
     tests = Pooled(test_cells, unit)
@@ -409,6 +410,7 @@ def pooled_targets(cells: list[dict[str, Any]], unit: str = "tokens") -> dict[st
         "test pools, as the target defines it: an optimistic choice; "
         "best_picked_on_dev_vs_sc_equal_cost picks it on the dev cells and reads it once here",
         "problems": len(sc_acc),
+        "cells": [c["cell"] for c in test_cells],
         "savings_at_sc_accuracy": savings,
         "best_vs_sc_equal_cost": against_sc(tests),
     }

@@ -25,8 +25,10 @@ ROOT = HERE.parent
 
 DOCS = (ROOT / "README.md", HERE / "README.md")
 VALUE = re.compile(
-    r"<!--v (?P<ref>[\w.\-+]+)(?::(?P<spec>[^>]*?))?-->(?P<shown>.*?)<!--/v-->", re.S
+    r"<!--v (?P<ref>[\w.\-+ ]+)(?::(?P<spec>[^>]*?))?-->(?P<shown>.*?)<!--/v-->", re.S
 )
+#: an opening marker: every one must be a VALUE, or its number would go unchecked
+OPENING = re.compile(r"<!--v ")
 
 # (file, key, target, how to read the target, what it means)
 ROWS: list[tuple[str, str, str, str]] = [
@@ -141,6 +143,12 @@ ROWS: list[tuple[str, str, str, str]] = [
     ),
     (
         "distill_cache",
+        "distill_cached_share_brief",
+        "≥ 0.8",
+        "the same with the brief ask (rse:brief, opt-in until dev-brief-three-0.5b)",
+    ),
+    (
+        "distill_cache",
         "distill_prefix_served_share",
         "–",
         "of the prompt before the ask (all a cache can hold), the part served",
@@ -159,6 +167,18 @@ ROWS: list[tuple[str, str, str, str]] = [
         "best rule within SC's spend − SC, every budget, paired",
     ),
     ("frontier", "pooled.best_vs_sc_equal_cost.ci95", "–", "paired bootstrap 95% interval"),
+    (
+        "frontier",
+        "pooled.best_picked_on_dev_vs_sc_equal_cost.diff",
+        "–",
+        "the same, each budget's rule picked on the dev cells (not the test pools)",
+    ),
+    (
+        "frontier",
+        "pooled.best_picked_on_dev_vs_sc_equal_cost.ci95",
+        "–",
+        "paired bootstrap 95% interval",
+    ),
     ("demo", "wall_s", "≤ 240", "`rse-fast solve --demo`, fresh process, 3 rounds × 4"),
     ("demo", "distill_share", "–", "distillation's share of the demo's tokens"),
     ("embed_text", "decision_agreement", "–", "dedup on statements vs rendered lines"),
@@ -280,7 +300,14 @@ def lookup(ref: str) -> Any:
 
 
 def render_prose(text: str) -> str:
-    """``text`` with every inline value rewritten from the JSON."""
+    """``text`` with every inline value rewritten from the JSON (a marker that does not
+    read as one is an error naming it, never a number left unchecked)."""
+    if len(OPENING.findall(text)) != len(VALUE.findall(text)):
+        bad = [m.start() for m in OPENING.finditer(text) if not VALUE.match(text, m.start())]
+        where = ", ".join(f"line {text.count(chr(10), 0, at) + 1}" for at in bad)
+        raise ValueError(
+            f"an inline value marker does not parse ({where}): <!--v key:fmt-->…<!--/v-->"
+        )
 
     def one(m: re.Match[str]) -> str:
         ref, spec = m.group("ref"), m.group("spec")

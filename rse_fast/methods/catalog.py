@@ -89,8 +89,8 @@ def make_method(name: str, **options: Any) -> Method:
             distillation per round), ``neg-only``, ``pos-only``, ``no-dedup``,
             ``replace-longer`` (a longer new item replaces the kept one), ``guided`` and
             ``last`` (the answer from guided rounds, or the last round, only), ``pasted``
-            (distillation as a fresh prompt pasting the rollout), ``brief`` (a ~40-token
-            distillation ask, the schema giving the reply its shape: more of it cached),
+            (distillation as a fresh prompt pasting the rollout), ``brief`` (a distillation
+            ask under half as long, the schema giving the reply its shape: more is cached),
             ``grounded`` (no model
             distillation: with ``checker="visible"``, the bank holds what running the code
             showed), ``passing`` (with ``checker="visible"``: a passing rollout's code is

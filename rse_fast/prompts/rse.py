@@ -145,8 +145,9 @@ def distill_messages(
 ) -> list[Message]:
     """Distil(x, ω): the problem, the attempt's reasoning trace (its dead ends are there) and
     final response, optionally how the round's answers split → propositions and pitfalls.
-    ``ask="brief"``: a short ask (~40 tokens against ~150) for a server that enforces the
-    reply's JSON schema: a continued conversation's cache then serves more of the prompt.
+    ``ask="brief"``: an ask under half as long (40 words against 110) for a server that
+    enforces the reply's JSON schema: a continued conversation's cache then serves more of
+    the prompt.
 
     With ``rollout`` (the rollout's own messages) the distillation is the next turn of that
     conversation: its exact prompt, the reply as the assistant turn, then the ask. A server's

@@ -37,8 +37,8 @@ class RSEConfig:
             kind, trigger, action, consequence). No field beyond an item's main text and no
             minimum count is required: an empty list is a valid reply.
         distill_ask: ``full`` (the ask says what each list holds and the reply's shape) or
-            ``brief`` (~40 tokens: the JSON schema the server enforces gives the shape; the
-            ask is the one part of a continued distillation no prefix cache holds).
+            ``brief`` (under half the words: the JSON schema the server enforces gives the
+            shape; the ask is the one part of a continued distillation no prefix cache holds).
         distill_final_round: distill the last round too. Off by default: nothing reads the
             last round's bank unless it is saved (``--bank-out``) or carried to another
             problem, and the reference never distills its last round.

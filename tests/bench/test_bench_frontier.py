@@ -85,8 +85,10 @@ def test_the_best_rule_picked_on_dev_is_read_once_on_test_in_each_unit():
     secs = {"sc": 1.0, "sc+stop": 1.0, "x": 2.0}
     dev = pooled_cell("dev", {"sc": [0, 1], "sc+stop": [0, 1], "x": [1, 1]}, secs)
     test = pooled_cell("test", {"sc": [1, 1], "sc+stop": [1, 1], "x": [0, 1]}, secs)
-    tokens = frontier.pooled_targets([dev, test])
-    assert tokens["problems"] == 2 and tokens["unit"] == "tokens"
+    partial = {**pooled_cell("test", {"sc": [0], "sc+stop": [0], "x": [1]}, secs), "partial": True}
+    tokens = frontier.pooled_targets([dev, test, partial])
+    assert tokens["problems"] == 2 and tokens["unit"] == "tokens"  # the partial cell waits
+    assert tokens["cells"] == ["test-cell"]
     assert tokens["best_vs_sc_equal_cost"]["diff"] == 0.0
     on_dev = tokens["best_picked_on_dev_vs_sc_equal_cost"]
     assert {b["method"] for b in on_dev["by_budget"].values()} == {"x"}

@@ -142,3 +142,8 @@ def test_an_interval_is_shown_end_by_end():
     assert summarize.fmt([-0.3480769230769231, 0.05], "+.2f") == "[-0.35, +0.05]"
     assert summarize.fmt([0.0, 0.375]) == "[0, 0.375]"
     assert summarize.fmt(0.5, ".0%") == "50%"
+
+
+def test_a_marker_that_does_not_parse_is_an_error_not_an_unchecked_number():
+    with pytest.raises(ValueError, match="line 2"):
+        summarize.render_prose("fine\nthe share was <!--v frontier.pooled!x-->64%<!--/v-->\n")
