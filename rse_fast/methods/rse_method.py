@@ -424,7 +424,13 @@ class RSEMethod(Method):
                 f"the checkpoint in {checkpoint.dir} was written by a run without a budget; "
                 "resume it without one, or use another directory"
             )
-        state = LoopState(**saved.state)
+        try:
+            state = LoopState(**saved.state)
+        except TypeError as exc:
+            raise ValueError(
+                f"the checkpoint in {checkpoint.dir} holds a loop state this version cannot "
+                f"read ({exc}); delete it (or use another directory) to start over"
+            ) from None
         if state.budget != fresh.budget:
             raise ValueError(
                 f"the checkpoint in {checkpoint.dir} was made under a budget of "

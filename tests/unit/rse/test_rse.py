@@ -656,3 +656,11 @@ async def test_a_budgeted_run_resumes_where_it_was_cut_and_spends_as_if_never_cu
     assert resumed.meta["guided_rounds"] == whole.meta["guided_rounds"] == [3]
     assert resumed.ledger.total_tokens == whole.ledger.total_tokens <= budget
     assert resumed.final is not None and resumed.final.answer == whole.final.answer
+    latest = json.loads((ckpt / "latest.json").read_text())["round"]
+    saved = json.loads((ckpt / f"round-{latest}.json").read_text())
+    saved["state"]["shown_bank"] = "from another version"
+    (ckpt / f"round-{latest}.json").write_text(json.dumps(saved))
+    async with ScriptedServer(default_reply=reply) as srv:
+        async with LLMClient(srv.base_url, "scripted", retry=FAST) as c:
+            with pytest.raises(ValueError, match="loop state this version cannot read"):
+                await method(checkpoint_dir=ckpt, resume=True).run(problem, budget, c)
