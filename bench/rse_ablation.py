@@ -383,14 +383,28 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         m: out["mean_tokens"][m] / max(1e-9, out["samples_per_problem"][m]) for m in cell.methods
     }
     for m in cell.methods:
-        if m == "sc":
-            continue
-        diff, ci = paired_difference(score[m], score["sc"])
-        out[f"{slug(m)}_vs_sc"] = {"diff": diff, "ci95": list(ci)}
+        if m != "sc" and "sc" in score:
+            diff, ci = paired_difference(score[m], score["sc"])
+            out[f"{slug(m)}_vs_sc"] = {"diff": diff, "ci95": list(ci)}
         if m.startswith("rse:") and "rse" in score:  # an ablation variant against the defaults
             diff, ci = paired_difference(score[m], score["rse"])
             out[f"{slug(m)}_vs_rse"] = {"diff": diff, "ci95": list(ci)}
     per_problem = {m: dict(zip(ids, score[m], strict=True)) for m in cell.methods}
+    if "sc" not in cell.methods:
+        # a cell of RSE and its variants only: each variant's guided samples against the
+        # default's samples at the same positions (sample j is seeded alike in both)
+        out["variants_vs_rse"] = {
+            slug(m): {
+                "overhead_share": overhead_share([recs.by_method[m][i] for i in ids]),
+                "guided_vs_rse_sample": guided_vs_sc_samples(
+                    dataset, by_id, recs.by_method[m], recs.by_method["rse"], ids, cell.k
+                ),
+            }
+            for m in cell.methods
+            if m.startswith("rse:") and "rse" in cell.methods
+        }
+        out["per_problem"] = per_problem
+        return out
     # what each RSE method spent on experience and what its bank did to the samples it reached
     experience = {
         slug(m): {

@@ -97,6 +97,16 @@ def test_variants_are_reported_against_the_defaults_and_each_has_its_bank_effect
     assert got["guided_vs_sc_sample"] == by["rse"]["guided_vs_sc_sample"]
     assert by["rse_votes"]["overhead_share"] == pytest.approx(0.25)
     assert got["tokens_per_sample"]["sc"] == pytest.approx(25.0)  # 100 tokens, 4 samples
+    # a cell of RSE and a variant only: the variant against the default, guided samples too
+    alone = rse_ablation.Cell("m", "t", 4, 1, 100, ("rse", "rse:votes"), "dev")
+    (folder / "sc.jsonl").unlink()
+    got = rse_ablation.summarize_cell("c", alone)
+    assert got is not None and "rse_vs_sc" not in got
+    assert got["rse_votes_vs_rse"]["diff"] == pytest.approx(0.25)
+    assert got["variants_vs_rse"]["rse_votes"]["guided_vs_rse_sample"]["diff"] == pytest.approx(1.0)
+    assert "| c | 4 | 100 | rse:votes | 75% |" in rse_ablation.table(
+        {"cells": [got], "pooled": rse_ablation.pooled([got])}
+    )
 
 
 def test_bank_reach_splits_the_difference_by_whether_a_bank_was_shown() -> None:
