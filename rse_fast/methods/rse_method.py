@@ -249,7 +249,7 @@ class RSEMethod(Method):
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
         dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt, self.k)
         asked_for = run_budget.in_unit.amount if run_budget.in_unit else run_budget.tokens
-        st = LoopState(roll=roll, dist=dist, budget=[self.budget_unit.unit, float(asked_for)])
+        st = LoopState(roll=roll, dist=dist, budget=[self.budget_unit.label, float(asked_for)])
         rounds: list[Any] = []
         checkpoint = Checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
         if checkpoint is not None and self.resume:
