@@ -145,7 +145,7 @@ def main() -> None:
         # the headline is the task with the shortest rollouts, where the ask weighs most
         "distill_cached_share": min(c["cached_share"] for c in continuing),
         "distill_prefix_served_share": min(c["prefix_served_share"] for c in continuing),
-        # the short ask (rse:brief, opt-in until a dev cell says what it does to accuracy)
+        # the short ask (rse:brief, opt-in: it lost its dev cell, dev-brief-three-0.5b)
         "distill_cached_share_brief": min(
             t["continuing-brief"]["cached_share"] for t in tasks.values()
         ),

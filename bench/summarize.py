@@ -8,6 +8,8 @@ An inline value is written ``<!--v file.key.sub:fmt-->shown<!--/v-->`` (``fmt`` 
 format spec, optional): ``file`` is ``results/file.json``, the keys descend into it (a number
 picks a list item), and ``shown`` is what the reader sees, rewritten from the JSON here. A
 list (an interval) is shown item by item, each in ``fmt``: ``[-0.03, +0.07]``.
+A key may hold a colon (a variant such as ``rse:brief``); the spec is what follows the last
+colon, so such a key is written with a spec.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ ROOT = HERE.parent
 
 DOCS = (ROOT / "README.md", HERE / "README.md")
 VALUE = re.compile(
-    r"<!--v (?P<ref>[\w.\-+ ]+)(?::(?P<spec>[^>]*?))?-->(?P<shown>.*?)<!--/v-->", re.S
+    r"<!--v (?P<ref>[\w.\-+ :]+?)(?::(?P<spec>[^:>]*))?-->(?P<shown>.*?)<!--/v-->", re.S
 )
 #: an opening marker: every one must be a VALUE, or its number would go unchecked
 OPENING = re.compile(r"<!--v ")
@@ -145,7 +147,7 @@ ROWS: list[tuple[str, str, str, str]] = [
         "distill_cache",
         "distill_cached_share_brief",
         "≥ 0.8",
-        "the same with the brief ask (rse:brief, opt-in until dev-brief-three-0.5b)",
+        "the same with the brief ask (rse:brief; opt-in: it lost on dev-brief-three-0.5b)",
     ),
     (
         "distill_cache",

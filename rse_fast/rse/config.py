@@ -39,6 +39,7 @@ class RSEConfig:
         distill_ask: ``full`` (the ask says what each list holds and the reply's shape) or
             ``brief`` (under half the words: the JSON schema the server enforces gives the
             shape; the ask is the one part of a continued distillation no prefix cache holds).
+            Not the default: on its dev cell it was right less often (docs/decisions.md).
         distill_final_round: distill the last round too. Off by default: nothing reads the
             last round's bank unless it is saved (``--bank-out``) or carried to another
             problem, and the reference never distills its last round.

@@ -147,3 +147,13 @@ def test_an_interval_is_shown_end_by_end():
 def test_a_marker_that_does_not_parse_is_an_error_not_an_unchecked_number():
     with pytest.raises(ValueError, match="line 2"):
         summarize.render_prose("fine\nthe share was <!--v frontier.pooled!x-->64%<!--/v-->\n")
+
+
+def test_a_key_holding_a_colon_takes_the_spec_after_the_last_colon(monkeypatch):
+    """Variants are named like ``rse:brief``; the marker's spec is what follows the last colon."""
+    result = {"accuracy": {"rse": 0.75, "rse:brief": 0.5833}}
+    monkeypatch.setattr(summarize, "read_result", lambda name: result)
+    text = "<!--v r.accuracy.rse:brief:.0%-->1%<!--/v--> <!--v r.accuracy.rse:.0%-->1%<!--/v-->"
+    assert summarize.render_prose(text) == (
+        "<!--v r.accuracy.rse:brief:.0%-->58%<!--/v--> <!--v r.accuracy.rse:.0%-->75%<!--/v-->"
+    )
