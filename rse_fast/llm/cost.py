@@ -119,6 +119,14 @@ class CostModel:
         )
 
     @property
+    def spec(self) -> str:
+        """The model as ``parse`` reads it: ``CostModel.parse(m.spec) == m``."""
+        if self.unit != "price":
+            return self.unit
+        cached = "" if self.cached_input_per_m is None else f",cached={self.cached_input_per_m!r}"
+        return f"price:input={self.input_per_m!r}{cached},output={self.output_per_m!r}"
+
+    @property
     def label(self) -> str:
         return {"tokens": "tokens", "price": "$", "time": "s"}[self.unit]
 

@@ -83,6 +83,7 @@ class LoopState:
     roll: float  # tokens a rollout costs, as measured so far (the prior before any)
     dist: float  # tokens a distillation costs, as measured so far
     budget: list[Any]  # [unit, amount]: a resume under another budget is refused
+    cost_model: str | None = None  # CostModel.spec: a $ budget resumed at other prices is too
     block: str = ""  # the bank as the next round's prompts show it
     settled: bool = False
     bank_prompt_tokens: int = 0  # the bank block inside guided prompts (estimated)
@@ -91,6 +92,7 @@ class LoopState:
     stopped: bool = False  # by stop_epsilon
     finished: bool = False  # the loop ended: a resume only votes
     passed: dict[str, bool] = field(default_factory=dict)  # rollout text → passed examples
+    checks: dict[str, int] = field(default_factory=dict)  # the checker's verdicts so far
 
 
 def distill_guess(cfg: RSEConfig, prompt: float, completion: float, k: int) -> float:
@@ -249,7 +251,12 @@ class RSEMethod(Method):
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
         dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt, self.k)
         asked_for = run_budget.in_unit.amount if run_budget.in_unit else run_budget.tokens
-        st = LoopState(roll=roll, dist=dist, budget=[self.budget_unit.label, float(asked_for)])
+        st = LoopState(
+            roll=roll,
+            dist=dist,
+            budget=[self.budget_unit.label, float(asked_for)],
+            cost_model=self.budget_unit.spec,
+        )
         rounds: list[Any] = []
         checkpoint = Checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
         if checkpoint is not None and self.resume:
@@ -257,6 +264,7 @@ class RSEMethod(Method):
 
         def save() -> None:
             if checkpoint is not None and rounds:
+                st.checks = dict(engine.distiller.check_counts)
                 checkpoint.save(problem.prompt, cfg.to_dict(), rounds, bank, c.ledger, asdict(st))
 
         for r in range(len(rounds) + 1, 0 if st.finished else self.max_rounds + 1):
@@ -437,10 +445,17 @@ class RSEMethod(Method):
                 f"{state.budget[1]:g} {state.budget[0]}, not {fresh.budget[1]:g} "
                 f"{fresh.budget[0]}: resume with the same budget, or use another directory"
             )
+        if state.cost_model is not None and state.cost_model != fresh.cost_model:
+            raise ValueError(
+                f"the checkpoint in {checkpoint.dir} was made at {state.cost_model}, not "
+                f"{fresh.cost_model}: its spend reads differently at other prices; resume "
+                "with the same prices, or use another directory"
+            )
         client.ledger.restore(saved.records)
         if client.cap is not None:
             client.cap.book_earlier(saved.records)
         await engine.recall(saved.rounds)
+        engine.distiller.check_counts.update(state.checks)
         return saved.rounds, saved.bank, state
 
     def _measure(

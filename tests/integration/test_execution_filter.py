@@ -216,6 +216,21 @@ async def test_a_proposition_from_a_rollout_that_passed_the_stated_examples_is_v
     assert res.meta["distilled_rounds"] == 1
 
 
+async def test_a_resumed_checked_run_counts_the_verdicts_of_its_earlier_rounds(tmp_path):
+    """The checker's verdicts are part of what a checkpoint keeps: a finished run resumed
+    reports the counts the whole run made, not those of the rounds run since."""
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    options = {**rse_options(), "seed": 0, "checker": "visible", "checkpoint_dir": tmp_path}
+    async with ScriptedServer(default_reply=right_on_even_seeds) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            whole = await make_method("rse", **options).run(p, 20_000, c)
+            calls = len(srv.requests)
+            again = await make_method("rse", resume=True, **options).run(p, 20_000, c)
+    assert len(srv.requests) == calls
+    assert again.meta["checks"] == whole.meta["checks"] == {"verified": 4, "unknown": 2}
+
+
 async def test_a_passing_rollouts_code_can_be_filed_as_a_verified_proposition():
     """rse:passing: the code that passed the stated examples reaches the next round as a
     verified proposition, without its docstring (the stated examples, but never a hidden

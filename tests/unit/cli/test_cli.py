@@ -281,6 +281,20 @@ def test_solve_within_a_budget_checkpoints_and_a_finished_run_resumes_to_its_ans
     assert "made under a budget of 3000 tokens" in err and "resume with the same budget" in err
 
 
+def test_a_dollar_budget_resumed_at_other_prices_is_refused(capsys, tmp_path):
+    """The same $ amount at other prices is another budget: the spent part reads differently."""
+    ckpt = str(tmp_path / "ckpt")
+    with threaded_server(default_reply=reply) as srv:
+        base = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "2", "--quiet", "--json",
+                "--checkpoint", ckpt, "--budget", "$0.01"]  # fmt: skip
+        assert cli.main([*base, "--price", "input=2,cached=0.5,output=8"]) == 0
+        capsys.readouterr()
+        assert cli.main([*base, "--price", "input=2,output=8", "--resume"]) == 1
+        err = capsys.readouterr().err
+        assert cli.main([*base, "--price", "input=2,cached=0.5,output=8", "--resume"]) == 0
+    assert "price:input=2.0,cached=0.5,output=8.0" in err and "same prices" in err
+
+
 def test_solve_prices_a_dollar_budget_by_the_given_prices(capsys):
     with threaded_server(default_reply=reply) as srv:
         args = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "2", "--quiet", "--json"]

@@ -107,6 +107,16 @@ def test_a_spec_reads_with_spaces_and_without_a_cached_price():
     assert (model.input_per_m, model.cached_input_per_m, model.output_per_m) == (0.15, None, 0.6)
 
 
+@pytest.mark.parametrize(
+    "model",
+    [CostModel(), CostModel("time"), CostModel("price", 0.15, None, 0.6),
+     CostModel("price", 2.0, 0.5, 8.0), CostModel("price", 1e-7, 0.0, 0.3)],
+)  # fmt: skip
+def test_a_models_spec_reads_back_as_the_same_model(model):
+    """A checkpoint keeps the spec to refuse a resume at other prices: it must round-trip."""
+    assert CostModel.parse(model.spec) == model
+
+
 def eval_record(problem: str, method: str, cached: int, quality: float) -> dict:
     spend = {"prompt_tokens": 800, "cached_prompt_tokens": cached, "completion_tokens": 200,
              "time_s": 10.0}  # fmt: skip
