@@ -85,8 +85,9 @@ class Limits:
     processes: int = 64
     output_bytes: int = 1 << 20  # stdout + stderr of the candidate; past it, it is killed
     reply_bytes: int = 4 << 20  # one reply of one call
-    #: one call's own limit (0: none): a call past it answers TimeoutError and the next call
-    #: runs, so one slow input does not cost the rest (the run's ``timeout_s`` still holds)
+    #: one call's own limit in CPU seconds (0: none; a call that waits is stopped at 4 times
+    #: it): a call past it answers TimeoutError and the next call runs, so one slow input
+    #: does not cost the rest (the run's ``timeout_s`` still holds)
     call_timeout_s: float = 0.0
 
     def __post_init__(self) -> None:

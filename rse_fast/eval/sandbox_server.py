@@ -187,23 +187,38 @@ class _CallTimeout(BaseException):
     candidate does not swallow it; a bare ``except`` can, and the run's timeout still holds)."""
 
 
+#: a call that waits without computing (a sleep) is stopped at this many times its CPU limit
+WAIT_FACTOR = 4.0
+
+
 def _timed(fn: Any, args: list[Any], limit_s: float) -> Any:
-    """``fn(*args)`` stopped by SIGALRM after ``limit_s`` seconds (0: no limit). The alarm
-    raises only while armed, so one that lands after the call returned does nothing."""
+    """``fn(*args)`` stopped once it has used ``limit_s`` seconds of CPU (SIGPROF), or waited
+    ``WAIT_FACTOR`` times that on the wall clock (SIGALRM); 0: no limit. CPU time, because a
+    verdict must not flip with the machine's load (a probe that fits on a quiet machine ran
+    over on a busy one when the wall clock was the limit). An alarm raises only while armed,
+    so one that lands after the call returned does nothing."""
     if limit_s <= 0:
         return fn(*args)
     armed = [True]
 
-    def on_alarm(signum: int, frame: Any) -> None:
+    def on_limit(signum: int, frame: Any) -> None:
         if armed[0]:
-            raise _CallTimeout
+            armed[0] = False
+            raise _CallTimeout(
+                f"the call used over {limit_s} s of CPU"
+                if signum == signal.SIGPROF
+                else f"the call waited over {limit_s * WAIT_FACTOR:g} s"
+            )
 
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    signal.signal(signal.SIGPROF, on_limit)
+    signal.signal(signal.SIGALRM, on_limit)
+    signal.setitimer(signal.ITIMER_PROF, limit_s)
+    signal.setitimer(signal.ITIMER_REAL, limit_s * WAIT_FACTOR)
     try:
         return fn(*args)
     finally:
         armed[0] = False
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
@@ -249,7 +264,7 @@ def serve(
             try:
                 out = {"value": encode(_timed(fn, args, call_s))}
             except _CallTimeout as exc:
-                out = {"raised": "TimeoutError", "message": f"the call ran over {call_s} s",
+                out = {"raised": "TimeoutError", "message": str(exc),
                        "line": candidate_line(exc)}  # fmt: skip
             except RecursionError as exc:
                 out = {"raised": "RecursionError", "message": "maximum recursion depth",

@@ -281,7 +281,7 @@ OWN_TEST_FAILS = (
             LOOPS,
             "failed",
             "failed an example the problem states: has_close_elements([1.0, 2.0, 3.0], 0.5) "
-            "raised TimeoutError: the call ran over 2.0 s, expected False "
+            "raised TimeoutError: the call used over 2.0 s of CPU, expected False "
             "(raised at line 3: while i < len(numbers): i *= 1)",
         ),
         (  # the reply's own test at module level: nothing stated ran, and it says where

@@ -259,6 +259,41 @@ def test_a_call_past_its_own_limit_answers_timeout_and_the_next_call_runs(stall)
     assert run(body, Limits(timeout_s=1), tests=PROBES).reason == "timeout"
 
 
+SPIN = """import time
+
+def double(x):
+    started = time.process_time()
+    while time.process_time() - started < 0.1:
+        pass
+    return 2 * x
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_a_call_limit_counts_cpu_so_a_busy_machine_does_not_flip_a_verdict():
+    """Each call needs 0.1 s of CPU, under a 0.25 s limit, on one core shared with three
+    busy processes: about 0.4 s of wall clock each. Counted on the wall clock every call
+    ran over; counted in CPU time, as a quiet machine would, none does."""
+    import subprocess
+    import sys
+
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    os.sched_setaffinity(0, {core})  # the sandbox and the busy processes inherit it
+    # each in its own session: the kernel shares a core between sessions first (autogroup)
+    spin = [sys.executable, "-c", "while True: pass"]
+    busy = [subprocess.Popen(spin, start_new_session=True) for _ in range(3)]
+    try:
+        time.sleep(0.2)
+        result = run(SPIN, Limits(timeout_s=8, call_timeout_s=0.25))
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+        os.sched_setaffinity(0, before)
+    assert result.passed, result.reason
+
+
 def test_limits_name_a_bad_value_no_isolation():
     with pytest.raises(ValueError, match="call_timeout_s"):
         Limits(call_timeout_s=-1)
