@@ -28,7 +28,7 @@ import asyncio
 import json
 import random
 from dataclasses import replace
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,27 @@ CELL_PART = {
 
 @cache
 def humaneval() -> Dataset:
-    return load_dataset(HE)
+    """HumanEval, each problem's sandbox checks remembered by text: a summary asks for one
+    sample's verdict several times (sc+filter and its stop, the behaviour vote, the guided
+    comparison), and each is a sandbox run."""
+    ds = load_dataset(HE)
+    for p in ds.problems:
+        if p.visible_check is not None:
+            p.visible_check = lru_cache(maxsize=None)(p.visible_check)
+        if p.behaviour is not None:
+            p.behaviour = lru_cache(maxsize=None)(p.behaviour)
+    return ds
+
+
+_GRADES: dict[tuple[str, str, str], float] = {}
+
+
+def grade(ds: Dataset, problem: Any, text: str) -> float:
+    """``ds.grade``, once per sample (a code sample's grade is a sandbox run of its tests)."""
+    key = (ds.name, problem.id, text)
+    if key not in _GRADES:
+        _GRADES[key] = float(ds.grade(problem, text))
+    return _GRADES[key]
 
 
 def partition() -> dict[str, list[str]]:
@@ -184,7 +204,7 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             # vote is measured against where the cell ran under the boxed one
             finals[EARLIEST_RSE] = {p.id: filtered_pick(p, recs["rse+check"][p.id]["pool_texts"])
                                     for p in chosen}  # fmt: skip
-    score = {m: [float(ds.grade(p, f[p.id])) for p in chosen] for m, f in finals.items()}
+    score = {m: [grade(ds, p, f[p.id]) for p in chosen] for m, f in finals.items()}
     tokens = {m: [float(recs[m][p.id]["tokens"]) for p in chosen] for m in cell.methods}
     tokens.setdefault("sc+filter", tokens.get("sc", []))
     walls = {m: [float(recs[m][p.id]["wall_s"]) for p in chosen] for m in cell.methods}
@@ -210,7 +230,7 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
                 "wall_s": sum(walls[m]) / len(walls[m])}
             for m, s in score.items()
         },
-        "single_sample_hidden_pass": sum(ds.grade(p, t) for p in chosen
+        "single_sample_hidden_pass": sum(grade(ds, p, t) for p in chosen
                                          for t in recs[cell.methods[0]][p.id]["pool_texts"])
         / max(1, len(samples)),
     }  # fmt: skip
