@@ -7,7 +7,8 @@ A *pool* is ``samples`` independent rollouts per problem from the real llama-ser
 its per-token confidences (top-5 logprobs), its answer, its grade, and what the server said it
 cost: prompt, cached and completion tokens, prefill and decode milliseconds. The offline
 rules (plain SC at a budget, SC that stops once its vote is settled, SC over the most
-confident rollouts, SC weighted by confidence) are replayed from the pools by drawing sample
+confident rollouts, SC weighted by confidence, and the stop with either; a weighted
+rule's stop counts votes by confidence, as ``sc`` does) are replayed from the pools by drawing sample
 orders, as the published methods evaluate them; each is charged the cost of the samples it
 drew, in ``tokens`` (every token alike, as the study counts) and in ``time`` (the server's
 own prefill + decode seconds). The online rule (DeepConf's: the first wave sets a threshold,
@@ -210,15 +211,23 @@ def online_draws(rule: Rule, order: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def stopping_draws(rule: Rule, order: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The samples drawn in order until ``rule.k``, or until the stop settles the vote."""
+    """The samples drawn in order until ``rule.k``, or until the stop settles the vote (a
+    weighted rule's stop counts votes by confidence, as ``sc`` with a confidence rule does)."""
     drawn: list[dict[str, Any]] = []
     for s in order[: rule.k]:
         drawn.append(s)
         if rule.stop_epsilon is not None and len(drawn) >= 2:
-            pool = [Candidate(text=d["text"], answer=d["answer"]) for d in drawn]
-            if beta_settled(rule.stop_epsilon)(pool, rule.k - len(drawn)):
+            pool = [Candidate(text=d["text"], answer=d["answer"], scores=confidence_score(d, rule))
+                    for d in drawn]  # fmt: skip
+            if beta_settled(rule.stop_epsilon, rule.weighted)(pool, rule.k - len(drawn)):
                 break
     return drawn
+
+
+def confidence_score(sample: dict[str, Any], rule: Rule) -> dict[str, float]:
+    """A sample's confidence as a candidate carries it, where the rule weighs by it."""
+    conf = confidence_of(sample, rule.measure, rule.window) if rule.weighted else None
+    return {} if conf is None else {"confidence": conf}
 
 
 def play(rule: Rule, order: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
@@ -271,19 +280,26 @@ MEASURE_NAMES = ("mean", "lowest_window", "tail", "bottom10")
 def choose_on_dev(pools: list[dict[str, Any]]) -> dict[str, Any]:
     """Every rule's setting, from the dev pools alone, fixed before a test pool is read:
     the stop's epsilon is the largest (cheapest) whose accuracy at the largest budget stays
-    within 1 point of SC's; the filter's measure and share and the weighting's measure are
-    the most accurate at the largest budget (ties: the first in the grid)."""
+    within 1 point of SC's (the confidence-weighted stop's likewise, with the weighting's
+    measure); the filter's measure and share and the weighting's measure are the most
+    accurate at the largest budget (ties: the first in the grid)."""
     k = BUDGETS[-1]
     sc = replay(Rule("sc", k), pools)["accuracy"]
-    stops = [e for e in EPSILONS if replay(Rule("s", k, stop_epsilon=e), pools)["accuracy"]
-             >= sc - 0.01]  # fmt: skip
+    weights = {m: replay(Rule("w", k, weighted=True, measure=m), pools)["accuracy"]
+               for m in MEASURE_NAMES}  # fmt: skip
+    weight_measure = max(weights, key=lambda m: weights[m])
+
+    def keeps_up(epsilon: float, weighted: bool) -> bool:
+        rule = Rule("s", k, stop_epsilon=epsilon, weighted=weighted, measure=weight_measure)
+        return replay(rule, pools)["accuracy"] >= sc - 0.01
+
+    stops = [e for e in EPSILONS if keeps_up(e, weighted=False)]
+    weighted_stops = [e for e in EPSILONS if keeps_up(e, weighted=True)]
     filters = {
         (m, keep): replay(Rule("f", k, keep=keep, measure=m), pools)["accuracy"]
         for m in MEASURE_NAMES
         for keep in KEEPS
     }
-    weights = {m: replay(Rule("w", k, weighted=True, measure=m), pools)["accuracy"]
-               for m in MEASURE_NAMES}  # fmt: skip
     measure, keep = max(filters, key=lambda key: filters[key])
     online = {kp: replay(Rule("o", k, keep=kp, online=True), pools) for kp in ONLINE_KEEPS}
     within = [kp for kp, r in online.items() if r["accuracy"] >= sc - 0.01]
@@ -296,10 +312,11 @@ def choose_on_dev(pools: list[dict[str, Any]]) -> dict[str, Any]:
     )
     return {
         "epsilon": max(stops) if stops else min(EPSILONS),
+        "weighted_epsilon": max(weighted_stops) if weighted_stops else min(EPSILONS),
         "online_keep": online_keep,
         "keep": keep,
         "measure": measure,
-        "weight_measure": max(weights, key=lambda m: weights[m]),
+        "weight_measure": weight_measure,
         "dev_accuracy_at_k16": {"sc": sc, "filters": {f"{m}@{kp}": v for (m, kp), v in
                                                      filters.items()}, "weights": weights},
     }  # fmt: skip
@@ -315,6 +332,13 @@ def rules_for(k: int, chosen: dict[str, Any]) -> dict[str, Rule]:
             "sc+conf-weight", k, weighted=True, measure=chosen["weight_measure"]
         ),
         "sc+conf-online": Rule("sc+conf-online", k, keep=chosen["online_keep"], online=True),
+        "sc+stop+conf-weight": Rule(
+            "sc+stop+conf-weight",
+            k,
+            stop_epsilon=chosen["weighted_epsilon"],
+            weighted=True,
+            measure=chosen["weight_measure"],
+        ),
         "sc+stop+conf-filter": Rule(
             "sc+stop+conf-filter",
             k,

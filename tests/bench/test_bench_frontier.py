@@ -27,6 +27,19 @@ def test_a_stop_pays_only_for_what_it_drew_and_a_filter_keeps_the_sure():
     assert frontier.play(frontier.Rule("f", 16, keep=0.25), split)[0] == 1.0
 
 
+def test_a_weighted_stop_counts_an_unsure_dissent_for_less():
+    """sc with a confidence rule weighs its stop's votes (``beta_settled(weighted=True)``):
+    one unsure dissent among sure agreeing samples delays the plain stop, not the weighted."""
+    order = [sample("4", 1.0, 4.0), sample("5", 0.0, 0.3)] + [sample("4", 1.0, 4.0)] * 14
+    plain = frontier.Rule("s", 16, stop_epsilon=0.05)
+    weighted = frontier.Rule("s", 16, stop_epsilon=0.05, weighted=True, measure="mean")
+    assert [len(frontier.play(r, order)[1]) for r in (plain, weighted)] == [7, 4]
+    assert "sc+stop+conf-weight" in frontier.rules_for(
+        16, {"epsilon": 0.1, "weighted_epsilon": 0.2, "keep": 0.5, "measure": "mean",
+             "weight_measure": "tail", "online_keep": 0.9}
+    )  # fmt: skip
+
+
 def test_replay_charges_tokens_and_server_time_per_problem():
     pools = [{"id": "p", "samples": [sample("4", 1.0, 3.0, tokens=120) for _ in range(16)]}]
     out = frontier.replay(frontier.Rule("sc", 4), pools, draws=3)
