@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import cache, lru_cache
 from pathlib import Path
@@ -175,6 +177,29 @@ def visible_passes(problem: Any, texts: list[str]) -> list[float]:
     return out
 
 
+#: the methods whose pools the summary runs on the stated examples (and, among the samples
+#: that pass, on the probes): the filters' and the behaviour vote's, and the guided comparison's
+CHECKED_POOLS = ("sc", "rse+check", "rse+check:passing")
+
+
+def warm_checks(problems: list[Any], recs: dict[str, dict[str, Any]], first: str) -> None:
+    """Run every sandbox check the summary will ask for, on all cores at once (each is a
+    subprocess; the summary then reads the remembered verdicts, as it would have computed
+    them one by one)."""
+    pools = [(p, recs[m][p.id]["pool_texts"]) for m in {*CHECKED_POOLS, first} if m in recs
+             for p in problems]  # fmt: skip
+    ds = humaneval()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        visible = [(p, t, pool.submit(p.visible_check, t)) for p, texts in pools for t in texts]
+        graded = [
+            pool.submit(grade, ds, p, t) for p in problems for t in recs[first][p.id]["pool_texts"]
+        ]
+        passing = [(p, t) for p, t, v in visible if (r := v.result()) is not None and r.passed]
+        probed = [pool.submit(p.behaviour, t) for p, t in passing if p.behaviour is not None]
+        for f in [*graded, *probed]:
+            f.result()
+
+
 def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     folder = WORK / name
     if not (folder / "cell.json").exists():
@@ -186,6 +211,8 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
     chosen = [p for p in problems if p.id in done]
     if not chosen:
         return None
+    if cell.task == HE:
+        warm_checks(chosen, recs, cell.methods[0])
     finals = {m: {p.id: recs[m][p.id]["final_text"] for p in chosen} for m in cell.methods}
     if cell.task == HE and "sc" in cell.methods:
         boxed = cell.boxed_code_answers

@@ -44,6 +44,32 @@ def test_sc_filter_picks_the_first_sample_that_passes_the_stated_examples() -> N
     assert rse_grounded.visible_passes(p, [WRONG, RIGHT]) == [0.0, 1.0]
 
 
+def test_the_summary_runs_each_samples_checks_once_and_probes_only_passers() -> None:
+    """``warm_checks`` runs what the summary will read (on all cores), so the summary's rules
+    (sc+filter, its stop, the behaviour vote, the guided comparison) each read a verdict the
+    sandbox gave once; grades run for the first method's pool, probes only for passers."""
+    if not sandbox.bwrap_works(interpreter()):
+        if os.environ.get("CI") == "true":
+            pytest.fail("bubblewrap cannot run here; .ci/run installs it")
+        pytest.skip("bubblewrap (bwrap) is not available: apt-get install bubblewrap")
+    p = next(x for x in rse_grounded.humaneval().problems if x.id == "HumanEval/2")
+    right = "```python\ndef truncate_number(number):\n    return number % 1.0\n```"
+    wrong = "```python\ndef truncate_number(number):\n    return 0.0\n```"
+    recs = {"sc": {p.id: {"pool_texts": [right, wrong]}},
+            "bon+filter": {p.id: {"pool_texts": ["not checked"]}}}  # fmt: skip
+    p.visible_check.cache_clear()
+    p.behaviour.cache_clear()
+    rse_grounded.warm_checks([p], recs, "sc")
+    assert p.visible_check.cache_info().currsize == 2  # bon's pool is read by no rule
+    assert p.behaviour.cache_info().currsize == 1  # the passer alone
+    ran = p.visible_check.cache_info().misses
+    assert rse_grounded.visible_passes(p, [wrong, right]) == [0.0, 1.0]
+    assert rse_grounded.filtered_pick(p, [wrong, right]) == right
+    assert p.visible_check.cache_info().misses == ran
+    ds = rse_grounded.humaneval()
+    assert [rse_grounded.grade(ds, p, t) for t in (right, wrong)] == [1.0, 0.0]
+
+
 def test_verdicts_are_summed_over_problems_with_the_refuted_share() -> None:
     rows = [{"checks": {"verified": 3, "refuted": 1}}, {"checks": None}, {"checks": {"unknown": 4}}]
     got = rse_grounded.verdicts(rows)
