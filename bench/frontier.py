@@ -8,8 +8,9 @@ its per-token confidences (top-5 logprobs), its answer, its grade, and what the 
 cost: prompt, cached and completion tokens, prefill and decode milliseconds. The offline
 rules (plain SC at a budget, SC that stops once its vote is settled, SC over the most
 confident rollouts, SC weighted by confidence, and the stop with either; a weighted
-rule's stop counts votes by confidence, as ``sc`` does) are replayed from the pools by drawing sample
-orders, as the published methods evaluate them; each is charged the cost of the samples it
+rule's stop counts votes by confidence, as ``sc`` does) are replayed from the pools by
+drawing sample orders, as the published methods evaluate them; each is charged the cost of
+the samples it
 drew, in ``tokens`` (every token alike, as the study counts) and in ``time`` (the server's
 own prefill + decode seconds). The online rule (DeepConf's: the first wave sets a threshold,
 a later sample is stopped once its window confidence falls below it) only cuts samples
