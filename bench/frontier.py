@@ -3,22 +3,21 @@
     python -m bench frontier --cell dev-easy-0.5b     # collect (or resume) one cell's pools
     python -m bench frontier --summarize             # frontier.json + the README table
 
-A *pool* is ``samples`` independent rollouts per problem from the real llama-server, each with
-its per-token confidences (top-5 logprobs), its answer, its grade, and what the server said it
-cost: prompt, cached and completion tokens, prefill and decode milliseconds. The offline
-rules (plain SC at a budget, SC that stops once its vote is settled, SC over the most
-confident rollouts, SC weighted by confidence, and the stop with either; a weighted
+A *pool* is ``samples`` independent rollouts per problem from the real llama-server, each
+with its per-token confidences (top-5 logprobs), its answer, its grade, and what the server
+said it cost: prompt, cached and completion tokens, prefill and decode milliseconds. The
+offline rules (plain SC at a budget, SC that stops once its vote is settled, SC over the
+most confident rollouts, SC weighted by confidence, and the stop with either; a weighted
 rule's stop counts votes by confidence, as ``sc`` does) are replayed from the pools by
 drawing sample orders, as the published methods evaluate them; each is charged the cost of
-the samples it
-drew, in ``tokens`` (every token alike, as the study counts) and in ``time`` (the server's
-own prefill + decode seconds). The online rule (DeepConf's: the first wave sets a threshold,
-a later sample is stopped once its window confidence falls below it) only cuts samples
-short, so it replays too: the library's own gate finds where each stored sample would have
-been stopped, and the sample is charged up to there (its prompt, the tokens before the stop
-and that share of its decode time). RSE changes what is sampled and runs live
-(rse_ablation). Cells get their own seeds (no problem is shared);
-dev cells choose every rule's setting, test cells report once.
+the samples it drew, in ``tokens`` (every token alike, as the study counts) and in ``time``
+(the server's own prefill + decode seconds). The online rule (DeepConf's: the first wave
+sets a threshold, a later sample is stopped once its window confidence falls below it) only
+cuts samples short, so it replays too: the library's own gate finds where each stored sample
+would have been stopped, and the sample is charged up to there (its prompt, the tokens
+before the stop and that share of its decode time). RSE changes what is sampled and runs
+live (rse_ablation). Cells get their own seeds (no problem is shared); dev cells choose
+every rule's setting, test cells report once.
 """
 
 from __future__ import annotations
