@@ -33,11 +33,16 @@ def test_the_parts_are_disjoint_and_hold_only_problems_that_state_examples() -> 
     assert parts == rse_grounded.partition()  # fixed: the same on every call
 
 
-def test_sc_filter_picks_the_first_sample_that_passes_the_stated_examples() -> None:
+def needs_bwrap() -> None:
+    """The sandbox needs bubblewrap: a machine without it skips, CI fails (it installs it)."""
     if not sandbox.bwrap_works(interpreter()):
         if os.environ.get("CI") == "true":
             pytest.fail("bubblewrap cannot run here; .ci/run installs it")
         pytest.skip("bubblewrap (bwrap) is not available: apt-get install bubblewrap")
+
+
+def test_sc_filter_picks_the_first_sample_that_passes_the_stated_examples() -> None:
+    needs_bwrap()
     p = next(x for x in rse_grounded.humaneval().problems if x.id == "HumanEval/0")
     assert rse_grounded.filtered_pick(p, [WRONG, RIGHT, WRONG]) == RIGHT
     assert rse_grounded.filtered_pick(p, [WRONG, WRONG]) == WRONG  # none pass: all vote
@@ -48,10 +53,7 @@ def test_the_summary_runs_each_samples_checks_once_and_probes_only_passers() -> 
     """``warm_checks`` runs what the summary will read (on all cores), so the summary's rules
     (sc+filter, its stop, the behaviour vote, the guided comparison) each read a verdict the
     sandbox gave once; grades run for the first method's pool, probes only for passers."""
-    if not sandbox.bwrap_works(interpreter()):
-        if os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap cannot run here; .ci/run installs it")
-        pytest.skip("bubblewrap (bwrap) is not available: apt-get install bubblewrap")
+    needs_bwrap()
     p = next(x for x in rse_grounded.humaneval().problems if x.id == "HumanEval/2")
     right = "```python\ndef truncate_number(number):\n    return number % 1.0\n```"
     wrong = "```python\ndef truncate_number(number):\n    return 0.0\n```"
