@@ -112,11 +112,14 @@ def cell_problems(name: str, cell: Cell) -> tuple[Dataset, list[Any]]:
 
 
 def method_args(cell: Cell) -> dict[str, list[str]]:
+    """Each label's worker arguments: its family and options, the cell's ``options`` over
+    them (a cell may run in ``target`` mode where a cap buys RSE no distillation)."""
     dataset = ["--dataset", HE] if cell.task == HE else []
     return {
-        label: ["--method", family, "--options", json.dumps(options), *dataset]
+        label: ["--method", family, "--options", json.dumps({**options, **cell.options}),
+                *dataset]
         for label, (family, options) in FAMILIES.items()
-    }
+    }  # fmt: skip
 
 
 def run(name: str, methods: list[str] | None = None) -> None:
@@ -261,6 +264,13 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
                                          for t in recs[cell.methods[0]][p.id]["pool_texts"])
         / max(1, len(samples)),
     }  # fmt: skip
+    # an RSE arm whose planner bought no distillation measures no distilled experience: say
+    # on how many problems each arm's bank was fed by the model
+    out["distilled_problems"] = {
+        m: sum(recs[m][p.id].get("distilled_rounds", 0) > 0 for p in chosen)
+        for m in cell.methods
+        if FAMILIES[m][0].startswith("rse")
+    }
     if cell.task == HE:
         vis = [
             v for p in chosen for v in visible_passes(p, recs[cell.methods[0]][p.id]["pool_texts"])
@@ -413,6 +423,9 @@ def table(summary: dict[str, Any]) -> str:
                 f"same positions ({guided['measure']}) {guided['diff']:+.1%} "
                 f"[{lo:+.1%}, {hi:+.1%}], {guided['problems']} problems"
             )
+        for m, n in (c.get("distilled_problems") or {}).items():
+            notes.append(f"- {c['cell']}: {m} distilled with the model on {n} of "
+                         f"{c['problems']} problems")  # fmt: skip
         if (c.get("checks") or {}).get("refuted_share") is not None:
             notes.append(f"- {c['cell']}: refuted share "
                          f"{fmt_share(c['checks']['refuted_share'])}")  # fmt: skip

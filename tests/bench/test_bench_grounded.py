@@ -88,8 +88,11 @@ def test_the_readme_table_marks_a_running_cell_and_names_what_rse_is_compared_wi
         "guided_vs_baseline_sample": {"diff": -0.02, "ci95": [-0.1, 0.06], "problems": 9,
                                       "measure": "stated examples passed"},
         "checks": {"verified": 10, "refuted_share": 0.0},
+        "distilled_problems": {"rse+check": 0},
     }  # fmt: skip
     text = rse_grounded.table({"cells": [cell]})
+    # an arm whose bank the model never fed is named as such, not left to the JSON
+    assert "test-he-0.5b: rse+check distilled with the model on 0 of 12 problems" in text
     assert "| test-he-0.5b (12 of 60) | rse+check | 60% [25%, 75%] | 7,000 |" in text
     assert "rse+check − sc+filter +10.0% [-5.0%, +25.0%]" in text
     assert "rse+check's guided samples − sc's at the same positions (stated examples " in text
