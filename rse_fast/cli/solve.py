@@ -255,8 +255,17 @@ def format_summary(result: RSEResult, bank: Any = None, price: CostModel | None 
 
 
 def unguided_note(result: RSEResult) -> list[str]:
-    """Why a run that paid for distillation was plain sampling: a user reading the summary
-    should not credit (or blame) experience that no prompt showed."""
+    """Why a run was plain sampling (its budget bought no distillation, or what it paid for
+    reached no prompt): a user reading the summary should not credit (or blame) experience
+    that no prompt showed."""
+    short = result.distillation_unaffordable
+    if short is not None:
+        return [
+            f"no distillation was bought: round {short['round']:.0f}, its distillations and a "
+            f"guided round needed ~{short['needed']:,.0f} tokens and {short['left']:,.0f} were "
+            "left (under a cap each guided call holds its max_tokens until it ends), so every "
+            "round sampled as majority vote does; raise --budget or lower --max-tokens"
+        ]
     distill = result.ledger.get("roles", {}).get("distill", {}).get("total_tokens", 0)
     if distill == 0 or len(result.rounds) < 2 or any(r.experience_block for r in result.rounds):
         return []
@@ -422,4 +431,5 @@ async def solve_within(
         bank_sizes=run.meta["bank_sizes"],
         ledger=run.ledger.summary(),
         wall_s=time.perf_counter() - t0,
+        distillation_unaffordable=run.meta.get("distillation_unaffordable"),
     )

@@ -93,6 +93,8 @@ class LoopState:
     finished: bool = False  # the loop ended: a resume only votes
     passed: dict[str, bool] = field(default_factory=dict)  # rollout text → passed examples
     checks: dict[str, int] = field(default_factory=dict)  # the checker's verdicts so far
+    # the first round whose distillation the budget could not buy: {round, needed, left}
+    unaffordable: dict[str, float] | None = None
 
 
 def distill_guess(cfg: RSEConfig, prompt: float, completion: float, k: int) -> float:
@@ -200,7 +202,13 @@ class RSEMethod(Method):
         }
 
     def reply_details(self, result: MethodResult) -> dict[str, Any]:
-        return {"votes": result.meta.get("votes"), "rounds": result.meta.get("rounds_detail", [])}
+        details = {
+            "votes": result.meta.get("votes"),
+            "rounds": result.meta.get("rounds_detail", []),
+        }
+        if "distillation_unaffordable" in result.meta:  # the budget bought no experience
+            details["distillation_unaffordable"] = result.meta["distillation_unaffordable"]
+        return details
 
     def bank_shown(self, result: MethodResult) -> bool | None:
         return bool(result.meta.get("guided_rounds"))
@@ -286,12 +294,11 @@ class RSEMethod(Method):
                 self.k, guided_asks, self.max_tokens, st.roll + guided + 60
             )
             experience = st.dist * (k_r if cfg.distill_mode == "each" else 1)
-            distill = (
-                cfg.distill_with_model
-                and not st.settled
-                and r < self.max_rounds
-                and spend.left - k_r * unit - experience >= guided_after
-            )
+            wanted = cfg.distill_with_model and not st.settled and r < self.max_rounds
+            needed = k_r * unit + experience + guided_after
+            distill = wanted and spend.left >= needed
+            if wanted and not distill and st.unaffordable is None:
+                st.unaffordable = {"round": r, "needed": needed, "left": spend.left}
             # running the code costs no tokens: a checker that runs rollouts files what it
             # saw whenever a later round may read it, bought distillation or not
             observe = engine.distiller.observes and not st.settled and r < self.max_rounds
@@ -382,6 +389,9 @@ class RSEMethod(Method):
         meta["distilled_rounds"] = sum(
             any(x.distill != "skipped" for x in rr.rollouts) for rr in rounds
         )
+        if meta["distilled_rounds"] == 0 and st.unaffordable is not None:
+            # RSE that bought no distillation is sc in rounds: say so, and what it lacked
+            meta["distillation_unaffordable"] = st.unaffordable
         return MethodResult(self.name, budget, final, pool, c.ledger, meta, rounds=rounds)
 
     async def _stops(

@@ -101,6 +101,9 @@ class RSEResult:
     ledger: dict[str, Any]
     wall_s: float
     resumed_from_round: int = 0
+    #: a budgeted run that bought no distillation: the first round it could not, the tokens
+    #: that round, its distillations and a guided round needed, and the tokens left
+    distillation_unaffordable: dict[str, float] | None = None
 
     @property
     def accuracy_per_round(self) -> list[float | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -254,6 +255,29 @@ def test_solve_within_a_budget_never_spends_past_it_and_says_what_was_left(capsy
     assert budget == {"amount": 3000, "unit": "tokens", "spent": stopped,
                       "unspent": 3000 - stopped}  # fmt: skip
     assert data["ledger"]["total_tokens"] == stopped and len(data["rounds"]) >= 1
+
+
+def test_a_budget_that_buys_no_distillation_says_so_and_what_it_lacked(capsys):
+    """Under a cap each guided call holds its ``max_tokens`` until it ends, so a small budget
+    with a large ``--max-tokens`` buys round 1 no distillation: RSE is then majority vote in
+    rounds, and the summary says so with the tokens it lacked and what to change, rather than
+    leave a user to credit experience no prompt saw. A budget that fits one says nothing."""
+    with threaded_server(default_reply=reply) as srv:
+        base = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "3", "--quiet",
+                "--settle-margin", "off"]  # fmt: skip
+        assert cli.main([*base, "--budget", "3000", "--max-tokens", "1024"]) == 0
+        short = capsys.readouterr().out
+        assert cli.main([*base, "--budget", "3000", "--max-tokens", "128", "--json"]) == 0
+        fits = json.loads(capsys.readouterr().out)
+    note = next(x for x in short.splitlines() if x.startswith("no distillation was bought"))
+    assert note.startswith("no distillation was bought: round 1, its distillations and a guided")
+    assert note.endswith("raise --budget or lower --max-tokens")
+    needed, left = (int(x.replace(",", "")) for x in re.findall(r"([\d,]+) (?:tokens|were)", note))
+    assert needed > left > 0
+    paid = next(x for x in short.splitlines() if x.startswith("tokens: "))
+    assert "explore" in paid and "distill" not in paid
+    assert fits["distillation_unaffordable"] is None
+    assert fits["ledger"]["roles"]["distill"]["total_tokens"] > 0
 
 
 def test_solve_within_a_budget_checkpoints_and_a_finished_run_resumes_to_its_answer(

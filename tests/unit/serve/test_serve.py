@@ -63,6 +63,30 @@ async def test_openai_sdk_rse_with_details_and_full_usage():
     assert res.usage.prompt_tokens == words
 
 
+async def test_rse_details_say_when_the_budget_bought_no_distillation():
+    """A budget whose guided round's worst case (``max_tokens`` per call, under the cap)
+    leaves no room for round 1's distillations runs rse as a vote in rounds: the details
+    say so, with the tokens needed and left; a budget that fits one says nothing."""
+    async with ScriptedServer(default_reply=reply) as up, service(up) as (_, url):
+        async with aiohttp.ClientSession() as s:
+            found = []
+            for max_tokens in (1024, 96):
+                body = {
+                    "model": "rse:scripted",
+                    "messages": MSG,
+                    "k": 3,
+                    "budget": 3000,
+                    "max_tokens": max_tokens,
+                    "rse_details": True,
+                    "settle_margin": None,
+                }
+                res = await (await s.post(url + "/chat/completions", json=body)).json()
+                found.append(res["rse_fast"].get("distillation_unaffordable"))
+    short, fits = found
+    assert short is not None and short["round"] == 1 and short["needed"] > short["left"] > 0
+    assert fits is None
+
+
 @pytest.mark.parametrize("cache", ["llama.cpp", "vllm", None])
 async def test_method_reply_carries_the_cache_and_thinking_the_upstream_reported(cache):
     """What a caller pays: a method's usage sums the upstream's own details (the prompt its
