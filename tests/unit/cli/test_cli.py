@@ -66,6 +66,7 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
         assert set(data) == {
             "problem", "answer", "votes", "total_votes", "correct", "accuracy_per_round",
             "bank_sizes", "bank_top", "ledger", "wall_s", "resumed_from_round", "rounds",
+            "distillation_unaffordable",
         }  # fmt: skip
         assert {"round", "k", "experience_block", "answer", "votes", "accuracy", "tokens",
                 "bank_sizes", "rollouts", "decisions"} <= set(data["rounds"][0])  # fmt: skip
