@@ -426,9 +426,11 @@ def table(summary: dict[str, Any]) -> str:
         for m, n in (c.get("distilled_problems") or {}).items():
             notes.append(f"- {c['cell']}: {m} distilled with the model on {n} of "
                          f"{c['problems']} problems")  # fmt: skip
-        if (c.get("checks") or {}).get("refuted_share") is not None:
-            notes.append(f"- {c['cell']}: refuted share "
-                         f"{fmt_share(c['checks']['refuted_share'])}")  # fmt: skip
+        checks = c.get("checks") or {}
+        if checks.get("refuted_share") is not None:
+            counts = ", ".join(f"{v} {k}" for k, v in checks.items() if k != "refuted_share")
+            notes.append(f"- {c['cell']}: refuted share {fmt_share(checks['refuted_share'])} "
+                         f"of the checked statements ({counts})")  # fmt: skip
     return "\n".join(lines + (["", *notes] if notes else []))
 
 

@@ -96,7 +96,9 @@ def test_the_readme_table_marks_a_running_cell_and_names_what_rse_is_compared_wi
     assert "| test-he-0.5b (12 of 60) | rse+check | 60% [25%, 75%] | 7,000 |" in text
     assert "rse+check − sc+filter +10.0% [-5.0%, +25.0%]" in text
     assert "rse+check's guided samples − sc's at the same positions (stated examples " in text
-    assert "-2.0% [-10.0%, +6.0%], 9 problems" in text and "test-he-0.5b: refuted share 0%" in text
+    assert "-2.0% [-10.0%, +6.0%], 9 problems" in text
+    # the share says how often; the counts say of how many, and how many had no verdict
+    assert "test-he-0.5b: refuted share 0% of the checked statements (10 verified)" in text
 
 
 def test_the_pooled_block_pairs_code_cells_and_pools_refutations_over_every_checked_cell():
