@@ -7,18 +7,20 @@ is dropped. Every kept statement carries its verdict and evidence into the bank,
 checker's time is booked in the run's ledger (role ``check``: no tokens, its seconds).
 
 :class:`ArithmeticChecker` re-computes every equation between numbers a statement makes
-(``a op b ... = c`` with + - * / × ÷ and parentheses), exactly, in fractions.
+(``a op b ... = c``, ``c = a op b``, chains; + - * / and parentheses, as text, LaTeX or
+Unicode writes them), exactly, in fractions.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 Verdict = Literal["verified", "refuted", "unknown", "unchecked"]
 
@@ -108,13 +110,19 @@ def bare_function(code: str) -> str | None:
     return ast.unparse(tree).strip() or None
 
 
-_NUMBER = r"\(?-?\d+(?:\.\d+)?\)?"
-_OPERATOR = r"[-+*/×÷xX]"
-#: an expression of at least two numbers, then "=" and a number
-_EQUATION = re.compile(
-    rf"(?<![\w.,])((?:\(\s*)*{_NUMBER}(?:\s*\)*\s*{_OPERATOR}\s*(?:\(\s*)*{_NUMBER}\s*\)*)+)"
-    rf"\s*=\s*(-?\d+(?:\.\d+)?)(?!\w|\.\d|\s*[-+*/×÷]\s*\d)"
-)
+_OPERATOR = r"[-+*/xX]"
+#: one pass over a statement: spaces, numbers, words, any other character (no backtracking,
+#: so a long or hostile statement costs its length)
+_TOKEN = re.compile(r"(?P<space>\s+)|(?P<number>\d+(?:\.\d+)?)|(?P<word>[^\W\d]+)|(?P<other>.)",
+                    re.DOTALL)  # fmt: skip
+#: the written forms of an operator a distiller uses (LaTeX, Unicode), as Python writes them
+_SPELLINGS = (("\\times", "*"), ("\\cdot", "*"), ("×", "*"), ("·", "*"), ("\\div", "/"),
+              ("÷", "/"), ("−", "-"), ("==", "="))  # fmt: skip
+_MATH = set("+-*/()=")
+#: what may not touch a claim on either side: it would carry a number into a word, a power,
+#: a percentage or a longer number ("1,000")
+_BEFORE = re.compile(r"[\w.,^]")
+_AFTER = re.compile(r"\w|[.,]\d|[\^%]")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.Div: operator.truediv}  # fmt: skip
 #: characters of one expression re-computed at most (a claim, not a program)
@@ -155,24 +163,106 @@ def _shown(x: Fraction) -> str:
 
 
 class ArithmeticChecker:
-    """Re-computes the equations between numbers a statement states. All right: verified;
-    any wrong: refuted, with the right value as evidence; none: unknown."""
+    """Re-computes the equations between numbers a statement states (either side may be an
+    expression; a chain ``a = b = c`` is read pair by pair). All right: verified; any wrong:
+    refuted, with the right value as evidence; none: unknown. A side that runs on into a
+    term it leaves out (``x + 3 = 5``, ``2^3 = 8``) is no claim about numbers and is skipped."""
 
     def check(self, text: str, kind: str) -> Check:
         right: list[str] = []
         wrong: list[str] = []
-        for m in _EQUATION.finditer(text):
-            lhs, stated = m.group(1), Fraction(m.group(2))
-            actual = evaluate(lhs)
-            if actual is None:
-                continue
-            shown = " ".join(lhs.split())
-            if actual == stated:
-                right.append(f"{shown} = {_shown(actual)}")
+        for c in equations(text):
+            if c.value == c.stated_value:
+                right.append(f"{c.expression} = {_shown(c.value)}")
             else:
-                wrong.append(f"{shown} = {_shown(actual)}, not {m.group(2)}")
+                stated = (
+                    f"{c.stated} = {_shown(c.stated_value)}" if _operators(c.stated) else c.stated
+                )
+                wrong.append(f"{c.expression} = {_shown(c.value)}, not {stated}")
         if wrong:
             return Check("refuted", "; ".join(wrong))
         if right:
             return Check("verified", "re-computed: " + "; ".join(right))
         return Check("unknown")
+
+
+class Claim(NamedTuple):
+    """``expression = stated``, as a statement wrote it, with both values re-computed."""
+
+    expression: str
+    value: Fraction
+    stated: str
+    stated_value: Fraction
+
+
+def equations(text: str) -> list[Claim]:
+    """Each claim ``text`` makes that an arithmetic expression equals a value. Where both
+    sides compute, the side with more operators is the one re-computed."""
+    for spelled, op in _SPELLINGS:
+        text = text.replace(spelled, op)
+    found = []
+    for run in _runs(text):
+        sides = [" ".join(_balanced(x).split()) for x in run.strip("= ").split("=")]
+        valued = [(x, v) for x in sides if (v := evaluate(x)) is not None]
+        if len(sides) < 2 or len(valued) < len(sides):
+            continue
+        for a, b in itertools.pairwise(valued):
+            if _operators(b[0]) > _operators(a[0]):
+                a, b = b, a
+            if _operators(a[0]):
+                found.append(Claim(a[0], a[1], b[0], b[1]))
+    return found
+
+
+def _runs(text: str) -> list[str]:
+    """The stretches of ``text`` made only of numbers, operators, parentheses and "=" that
+    touch no word, power or percentage (``x + 3 = 5``, ``2^3 = 8`` and ``7 = 7x`` state nothing
+    about numbers alone). A run that opens with an operator continues a term it left out."""
+    tokens = [(m.lastgroup, m.group(), m.start()) for m in _TOKEN.finditer(text)]
+    solid = [i for i, t in enumerate(tokens) if t[0] != "space"]
+
+    def mathy(at: int) -> bool:
+        kind, value, _ = tokens[solid[at]]
+        if kind == "number" or (kind == "other" and value in _MATH):
+            return True
+        # "6 x 7": an x between two numbers is a times sign
+        return (value in ("x", "X") and 0 < at < len(solid) - 1
+                and tokens[solid[at - 1]][0] == "number"
+                and tokens[solid[at + 1]][0] == "number")  # fmt: skip
+
+    runs = []
+    at = 0
+    while at < len(solid):
+        if not mathy(at):
+            at += 1
+            continue
+        first = at
+        while at < len(solid) and mathy(at):
+            at += 1
+        start, (_, last, last_at) = tokens[solid[first]][2], tokens[solid[at - 1]]
+        end = last_at + len(last)
+        run = text[start:end]
+        opens_with_operator = run[0] in "+*/" or (run[0] == "-" and not run[1:2].isdigit())
+        if (
+            "=" in run.strip("= ")
+            and not opens_with_operator
+            and not (start and _BEFORE.match(text, start - 1))
+            and not _AFTER.match(text, end)
+        ):
+            runs.append(run)
+    return runs
+
+
+def _operators(side: str) -> int:
+    return len(re.findall(rf"(?<=[\d)\s]){_OPERATOR}", side))
+
+
+def _balanced(side: str) -> str:
+    """``side`` without the parentheses it opened or closed outside itself ("(3 + 4" of
+    "(3 + 4 = 7)")."""
+    side = side.strip()
+    while side.startswith("(") and side.count("(") > side.count(")"):
+        side = side[1:].lstrip()
+    while side.endswith(")") and side.count(")") > side.count("("):
+        side = side[:-1].rstrip()
+    return side

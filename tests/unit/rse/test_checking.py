@@ -33,11 +33,38 @@ RIGHT = "The units give 7 + 5 = 12."
         ("Carry the one.", "unknown", ""),
         ("It is 1,000 + 5 = 1005", "unknown", ""),  # a thousands separator is not parsed
         ("x = 5", "unknown", ""),
+        # the number first, an expression on either side, a chain read pair by pair
+        ("358 = -72 + (-16 * -78)", "refuted", "-72 + (-16 * -78) = 1176, not 358"),
+        ("-8 + 0 + 0 - 4 = -8 + 4", "refuted", "-8 + 0 + 0 - 4 = -12, not -8 + 4 = -4"),
+        ("Subtract: 1 - (-6) = 1 + 6 = 7", "verified", "1 - (-6) = 7; 1 + 6 = 7"),
+        ("-48 = -50 - 48 = -120", "refuted", "-50 - 48 = -98, not -120"),
+        # as LaTeX, Unicode and Python write it
+        (r"So \(6 \times 7 = 42\) and \(84 \div 2 = 40\)", "refuted", "84 / 2 = 42, not 40"),
+        ("9 − 4 = 5, and 3 · 3 = 9", "verified", "9 - 4 = 5; 3 * 3 = 9"),
+        ("(-97 + (-69)) == -166", "verified", "(-97 + (-69)) = -166"),
+        ("(3 + 4 = 8)", "refuted", "3 + 4 = 7, not 8"),
+        # a side that runs on into a term the claim leaves out is not a claim about numbers
+        ("x + 3 = 5 + 1", "unknown", ""),
+        ("2^3 + 1 = 9", "unknown", ""),
+        ("3 + 4 = 7x", "unknown", ""),
+        ("Add 14 to 36 = 50", "unknown", ""),
+        ("1 / 0 = 5", "unknown", ""),
     ],
 )
 def test_equations_between_numbers_are_recomputed_exactly(text, verdict, evidence):
     check = ArithmeticChecker().check(text, "positive")
     assert check.verdict == verdict and evidence in check.evidence
+
+
+def test_a_long_or_hostile_statement_is_read_in_one_pass():
+    """A checker reads what a distiller wrote, whatever its length: the scan has no
+    backtracking, so a statement the old pattern needed minutes for is read at once, and a
+    claim at its end is still found."""
+    checker = ArithmeticChecker()
+    assert checker.check("(" * 5000 + "1 + 1 = 3", "positive").verdict == "refuted"
+    assert checker.check("1 + " * 3000 + "= 5 " + ")" * 3000, "positive").verdict == "unknown"
+    spaced = checker.check("1" + " " * 20000 + "+ 7 + 5 = 12", "positive")
+    assert spaced.verdict == "refuted" and spaced.evidence == "1 + 7 + 5 = 13, not 12"
 
 
 def test_only_small_arithmetic_is_evaluated():
