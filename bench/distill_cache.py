@@ -4,24 +4,29 @@ pastes the rollout into a fresh prompt, in the same run, on the same problems.
 
     python -m bench distill_cache            # -> results/distill_cache.json
 
-RSE at its defaults but with every round-1 rollout distilled (settle rule off, two rounds),
-in three forms (``FORMS``: the default, the brief ask, the pasted prompt), four slots, on the
-0.5B model, on two tasks: three-term sums (rollouts of ~100 tokens) and grade-school word
-problems (longer rollouts). The share is the server's own count: the prompt
+RSE at its defaults but with every round-1 rollout distilled (settle rule off), in up to
+three forms (``FORMS``: the default, the brief ask, the pasted prompt), four slots, on three
+tasks: three-term sums (0.5B, rollouts of ~100 tokens), grade-school word problems (0.5B,
+longer) and MATH-500 on the 1.5B (the long-rollout task of the frontier, rollouts of ~700
+tokens; the default form only). The share is the server's own count: the prompt
 tokens of the ``distill`` calls that ``prompt_tokens_details.cached_tokens`` reports as cached,
 over their prompt tokens, and the prefill seconds llama.cpp's ``timings`` report. The ask that
 follows the rollout is new text no cache can hold, so the share is bounded by the rollout's
 length; ``prefix_served_share`` is the part of what a cache could serve (the distillation's
 prompt up to its ask, as the server tokenizes it) that it did serve.
+
+    python -m bench distill_cache --task "long rollouts"   # one task, merged into the JSON
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from bench.common import write_result
+from bench.common import machine, read_result, write_result
 from rse_fast.encoder import Encoder
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.llm import LLMClient
@@ -30,12 +35,23 @@ from rse_fast.local import LocalServer
 from rse_fast.prompts.rse import is_distillation
 from rse_fast.rse import RSE, RSEConfig
 
-MODEL = "qwen2.5-coder-0.5b"
-#: (name, dataset spec), each run on PROBLEMS problems of SEED
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    spec: str
+    model: str = "qwen2.5-coder-0.5b"
+    max_tokens: int = 384
+    forms: tuple[str, ...] = ("continuing", "continuing-brief", "fresh")
+
+
 TASKS = (
-    ("three-term sums", "gym:basic_arithmetic?min_terms=3&max_terms=3&min_digits=1&max_digits=2"),
-    ("word problems", "gym:gsm_symbolic"),
-)
+    Task("three-term sums",
+         "gym:basic_arithmetic?min_terms=3&max_terms=3&min_digits=1&max_digits=2"),
+    Task("word problems", "gym:gsm_symbolic"),
+    # the frontier's long-rollout task and model, at its rollout length (test-math-1.5b)
+    Task("long rollouts", "math500", "qwen2.5-coder-1.5b", 1024, ("continuing",)),
+)  # fmt: skip
 PROBLEMS, SEED = 3, 501
 
 
@@ -97,7 +113,7 @@ FORMS: dict[str, dict[str, Any]] = {
 
 
 async def run_form(
-    server: LocalServer, encoder: Encoder, spec: str, fields: dict[str, Any]
+    server: LocalServer, encoder: Encoder, task: Task, fields: dict[str, Any]
 ) -> dict[str, Any]:
     """RSE on the task's problems with one distillation form; its distillations' counts."""
     calls: list[dict[str, Any]] = []
@@ -107,10 +123,12 @@ async def run_form(
             calls.append(record)
 
     client = LLMClient(server.base_url, server.model_name, trace=keep)
-    config = RSEConfig(rounds=2, k=4, max_tokens=384, settle_margin=None, **fields)
+    # one round, distilled: the distillations of round 1 are all that is measured
+    config = RSEConfig(rounds=1, k=4, max_tokens=task.max_tokens, settle_margin=None,
+                       distill_final_round=True, **fields)  # fmt: skip
     rse = RSE(client, encoder, config)
     try:
-        for problem in load_dataset(spec, PROBLEMS, SEED).problems:
+        for problem in load_dataset(task.spec, PROBLEMS, SEED).problems:
             await rse.solve(problem.prompt, gold=problem.gold)
         if fields["distill_continues"]:
             for call in calls:
@@ -120,41 +138,51 @@ async def run_form(
     return distill_share(calls)
 
 
-async def measure() -> dict[str, Any]:
+async def measure(tasks: list[Task]) -> dict[str, Any]:
     encoder = Encoder(providers=["CPUExecutionProvider"])
-    tasks: dict[str, Any] = {}
-    async with LocalServer(MODEL, parallel=4) as server:
-        for name, spec in TASKS:
-            forms = {
-                form: await run_form(server, encoder, spec, fields)
-                for form, fields in FORMS.items()
-            }
-            tasks[name] = {"task": spec, **forms}
-    return tasks
+    found: dict[str, Any] = {}
+    for model in dict.fromkeys(t.model for t in tasks):
+        async with LocalServer(model, parallel=4) as server:
+            for task in (t for t in tasks if t.model == model):
+                t0 = time.perf_counter()
+                forms = {f: await run_form(server, encoder, task, FORMS[f]) for f in task.forms}
+                found[task.name] = {"task": task.spec, "model": model,
+                                    "max_tokens": task.max_tokens, **forms,
+                                    "machine": machine(), "wall_s": time.perf_counter() - t0,
+                                    "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                 time.gmtime())}  # fmt: skip
+    return found
+
+
+def headline(tasks: dict[str, Any]) -> dict[str, Any]:
+    """The targets' numbers over every task measured: the lowest share (the task whose
+    rollouts are shortest, where the ask weighs most) and each task's."""
+    continuing = [t["continuing"] for t in tasks.values()]
+    briefs = [t["continuing-brief"] for t in tasks.values() if "continuing-brief" in t]
+    return {
+        "distill_cached_share": min(c["cached_share"] for c in continuing),
+        "distill_cached_share_by_task": {
+            name: t["continuing"]["cached_share"] for name, t in tasks.items()
+        },
+        "distill_prefix_served_share": min(c["prefix_served_share"] for c in continuing),
+        # the short ask (rse:brief, opt-in: it lost its dev cell, dev-brief-three-0.5b)
+        "distill_cached_share_brief": min(b["cached_share"] for b in briefs) if briefs else None,
+    }
 
 
 def main() -> None:
-    t0 = time.perf_counter()
-    tasks = asyncio.run(measure())
-    continuing = [t["continuing"] for t in tasks.values()]
-    payload = {
-        "model": MODEL,
-        "problems": PROBLEMS,
-        "seed": SEED,
-        "tasks": tasks,
-        # the headline is the task with the shortest rollouts, where the ask weighs most
-        "distill_cached_share": min(c["cached_share"] for c in continuing),
-        "distill_prefix_served_share": min(c["prefix_served_share"] for c in continuing),
-        # the short ask (rse:brief, opt-in: it lost its dev cell, dev-brief-three-0.5b)
-        "distill_cached_share_brief": min(
-            t["continuing-brief"]["cached_share"] for t in tasks.values()
-        ),
-        "wall_s": time.perf_counter() - t0,
-    }
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=[t.name for t in TASKS],
+                        help="measure this task alone and keep the others' results")  # fmt: skip
+    args = parser.parse_args()
+    chosen = [t for t in TASKS if args.task in (None, t.name)]
+    earlier = read_result("distill_cache").get("tasks", {}) if args.task else {}
+    tasks = {**earlier, **asyncio.run(measure(chosen))}
+    tasks = {t.name: tasks[t.name] for t in TASKS if t.name in tasks}
+    payload = {"problems": PROBLEMS, "seed": SEED, "tasks": tasks, **headline(tasks)}
     path = write_result("distill_cache", payload)
     for name, task in tasks.items():
-        for form in ("continuing", "fresh"):
-            print(name, form, task[form])
+        print(name, {f: task[f]["cached_share"] for f in FORMS if f in task})
     print(f"wrote {path}")
 
 

@@ -38,3 +38,21 @@ def test_a_form_without_prefix_counts_reports_none_for_them():
     share = distill_share([call(300, 10, None), call(300, None, None)])
     assert share["cached_share"] == pytest.approx(10 / 600)
     assert share["prefix_served_share"] is None and share["ask_tokens_per_call"] is None
+
+
+def test_the_headline_is_the_shortest_rollouts_task_and_names_each_tasks_share():
+    """A task measured with the default form alone (the long rollouts) joins the lowest share
+    and the per-task shares; the brief ask's headline reads only the tasks that ran it."""
+    from bench.distill_cache import headline
+
+    def form(share: float) -> dict:
+        return {"cached_share": share, "prefix_served_share": 1.0}
+
+    tasks = {
+        "three-term sums": {"continuing": form(0.64), "continuing-brief": form(0.78)},
+        "long rollouts": {"continuing": form(0.85)},
+    }
+    got = headline(tasks)
+    assert got["distill_cached_share"] == 0.64 and got["distill_cached_share_brief"] == 0.78
+    assert got["distill_cached_share_by_task"] == {"three-term sums": 0.64, "long rollouts": 0.85}
+    assert headline({"long rollouts": tasks["long rollouts"]})["distill_cached_share_brief"] is None
