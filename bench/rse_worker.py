@@ -46,10 +46,6 @@ async def run(args: argparse.Namespace) -> None:
         return
     options: dict[str, Any] = {"parallel": args.parallel, "max_tokens": args.max_tokens}
     options.update(json.loads(args.options) if args.options else {})
-    if options.get("checker") == "arithmetic":
-        from rse_fast.rse.checking import ArithmeticChecker
-
-        options["checker"] = ArithmeticChecker()
     full: dict[str, Any] = {}
     if args.dataset:
         from rse_fast.eval.datasets import load_dataset

@@ -66,13 +66,15 @@ def _modifier_options(modifier: str) -> dict[str, Any]:
         "filter": {"execution_filter": True},
         # RSE: each rollout's code run on the stated examples, failures banked as pitfalls
         "check": {"checker": "visible"},
+        # RSE: every equation between numbers a distilled statement makes is re-computed
+        "arith": {"checker": "arithmetic"},
         # code: the pick by behaviour, programs grouped by their outputs on probe inputs
         "cluster": {"behaviour_vote": True},
     }
     return table[modifier]
 
 
-MODIFIERS = ("stop", "conf", "conf-online", "filter", "check", "cluster")
+MODIFIERS = ("stop", "conf", "conf-online", "filter", "check", "arith", "cluster")
 
 
 def make_method(name: str, **options: Any) -> Method:
@@ -104,6 +106,7 @@ def make_method(name: str, **options: Any) -> Method:
             by the model's token confidence), ``+conf-online`` (unsure samples stopped
             mid-stream), ``+filter`` (sc, bon: the pick among candidates that pass the
             examples a code problem states), ``+check`` (rse: rollouts' code run on them),
+            ``+arith`` (rse: the equations its statements make re-computed),
             ``+cluster`` (sc, rse on code: programs vote by what they give back on inputs
             near the stated examples');
             ``make_method("sc+stop+conf")``. An option given by keyword wins over one a

@@ -31,13 +31,16 @@ from rse_fast.methods.voting import (
 from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import solve_messages
 from rse_fast.rse.bank import ExperienceBank
-from rse_fast.rse.checking import CodeExamplesChecker, ExperienceChecker
+from rse_fast.rse.checking import ArithmeticChecker, CodeExamplesChecker, ExperienceChecker
 from rse_fast.rse.checkpoint import Checkpoint
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
 from rse_fast.rse.results import Progress
 
 #: Ablation variants: name → RSEConfig fields it sets.
+#: the checkers named by a string: code run on the stated examples, equations re-computed
+CHECKERS = ("visible", "arithmetic")
+
 VARIANTS: dict[str, dict[str, Any]] = {
     "support-1": {"min_support_shown": 1},
     "no-settle": {"settle_margin": None},
@@ -119,7 +122,8 @@ class RSEMethod(Method):
         checker: a task's check of each distilled statement (``rse.checking``, e.g.
             ``ArithmeticChecker()``): refuted propositions never reach a prompt; ``"visible"``:
             each rollout's code is run on the examples its problem states (the problem's
-            ``visible_check``), a failure filed as a grounded pitfall.
+            ``visible_check``), a failure filed as a grounded pitfall; ``"arithmetic"``:
+            ``ArithmeticChecker()``, every equation between numbers re-computed.
         stop_epsilon: stop after a round once the answers of every round so far are
             statistically settled (Beta criterion at ``1 - stop_epsilon``, as ``sc``'s stop);
             in ``cap`` mode the rest of the budget is the result's ``unspent``.
@@ -143,7 +147,7 @@ class RSEMethod(Method):
         config: dict[str, Any] | None = None,
         variant: str | None = None,
         progress: Callable[[Progress], None] | None = None,
-        checker: ExperienceChecker | Literal["visible"] | None = None,
+        checker: ExperienceChecker | Literal["visible", "arithmetic"] | None = None,
         stop_epsilon: float | None = None,
         confidence: ConfidenceRule | bool | None = None,
         behaviour_vote: bool = False,
@@ -160,7 +164,18 @@ class RSEMethod(Method):
         self.confidence = ConfidenceRule() if confidence is True else confidence or None
         self.stop_epsilon = valid_epsilon(stop_epsilon)
         self.encoder, self.k, self.max_rounds, self.progress = encoder, k, max_rounds, progress
-        self.checker = checker
+        if isinstance(checker, str) and checker not in CHECKERS:
+            raise ValueError(
+                f"unknown checker {checker!r}; choose from {', '.join(map(repr, CHECKERS))} "
+                "or pass an object with check(text, kind)"
+            )
+        if (
+            checker is not None
+            and not isinstance(checker, str)
+            and not callable(getattr(checker, "check", None))
+        ):
+            raise TypeError(f"checker {checker!r} has no check(text, kind) method")
+        self.checker = ArithmeticChecker() if checker == "arithmetic" else checker
         if variant is not None and variant not in VARIANTS:
             raise ValueError(f"unknown RSE variant {variant!r}; choose from {', '.join(VARIANTS)}")
         asks: dict[str, Any] = {}

@@ -252,6 +252,23 @@ def test_a_name_adds_modifiers_as_the_reports_name_methods():
     assert checked.overrides["bank_follows_vote"] is True
     assert make_method("bon+filter").execution_filter and not make_method("bon").execution_filter
     assert make_method("sc").name == "sc"
+    # the arithmetic arm the reports call rse+arith, by name and by its checker's name
+    from rse_fast.rse.checking import ArithmeticChecker
+
+    assert isinstance(make_method("rse+arith").checker, ArithmeticChecker)
+    assert isinstance(make_method("rse", checker="arithmetic").checker, ArithmeticChecker)
+
+
+@pytest.mark.parametrize(
+    ("checker", "error", "says"),
+    [
+        ("arith", ValueError, r"unknown checker 'arith'; choose from 'visible', 'arithmetic'"),
+        (object(), TypeError, r"has no check\(text, kind\) method"),
+    ],
+)
+def test_a_checker_rse_cannot_use_is_refused_before_any_call(checker, error, says):
+    with pytest.raises(error, match=says):
+        make_method("rse", checker=checker)
 
 
 @pytest.mark.parametrize(
@@ -260,6 +277,7 @@ def test_a_name_adds_modifiers_as_the_reports_name_methods():
         ("sc+fast", r"unknown modifier \+fast in method 'sc\+fast'; one of \+stop"),
         ("reflexion+stop", r"'reflexion\+stop' \(a modifier sets what reflexion does not take\)"),
         ("rse+filter", "unknown option 'execution_filter'"),
+        ("sc+arith", r"'sc\+arith' \(a modifier sets what sc does not take\)"),
         ("sc:conf-agree", "unknown method 'sc:conf-agree'"),
     ],
 )
