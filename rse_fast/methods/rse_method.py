@@ -37,10 +37,10 @@ from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
 from rse_fast.rse.results import Progress
 
-#: Ablation variants: name → RSEConfig fields it sets.
 #: the checkers named by a string: code run on the stated examples, equations re-computed
 CHECKERS = ("visible", "arithmetic")
 
+#: Ablation variants: name → RSEConfig fields it sets.
 VARIANTS: dict[str, dict[str, Any]] = {
     "support-1": {"min_support_shown": 1},
     "no-settle": {"settle_margin": None},
