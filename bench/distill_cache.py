@@ -50,7 +50,7 @@ TASKS = (
          "gym:basic_arithmetic?min_terms=3&max_terms=3&min_digits=1&max_digits=2"),
     Task("word problems", "gym:gsm_symbolic"),
     # the frontier's long-rollout task and model, at its rollout length (test-math-1.5b)
-    Task("long rollouts", "math500", "qwen2.5-coder-1.5b", 1024, ("continuing",)),
+    Task("long rollouts", "mmath:math500", "qwen2.5-coder-1.5b", 1024, ("continuing",)),
 )  # fmt: skip
 PROBLEMS, SEED = 3, 501
 
