@@ -170,13 +170,22 @@ def headline(tasks: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def stamped(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's tasks, each with the machine and time it was measured on: a task kept from
+    an earlier run keeps that run's, not the file's next stamp."""
+    return {
+        name: {"machine": result.get("machine"), "measured_at": result.get("measured_at"), **task}
+        for name, task in result.get("tasks", {}).items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=[t.name for t in TASKS],
                         help="measure this task alone and keep the others' results")  # fmt: skip
     args = parser.parse_args()
     chosen = [t for t in TASKS if args.task in (None, t.name)]
-    earlier = read_result("distill_cache").get("tasks", {}) if args.task else {}
+    earlier = stamped(read_result("distill_cache")) if args.task else {}
     tasks = {**earlier, **asyncio.run(measure(chosen))}
     tasks = {t.name: tasks[t.name] for t in TASKS if t.name in tasks}
     payload = {"problems": PROBLEMS, "seed": SEED, "tasks": tasks, **headline(tasks)}

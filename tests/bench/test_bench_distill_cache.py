@@ -56,3 +56,13 @@ def test_the_headline_is_the_shortest_rollouts_task_and_names_each_tasks_share()
     assert got["distill_cached_share"] == 0.64 and got["distill_cached_share_brief"] == 0.78
     assert got["distill_cached_share_by_task"] == {"three-term sums": 0.64, "long rollouts": 0.85}
     assert headline({"long rollouts": tasks["long rollouts"]})["distill_cached_share_brief"] is None
+
+
+def test_a_task_kept_from_an_earlier_run_keeps_its_machine_and_time():
+    from bench.distill_cache import stamped
+
+    earlier = {"machine": {"cpu": "A"}, "measured_at": "T0",
+               "tasks": {"old": {"continuing": {}}, "new": {"measured_at": "T1"}}}  # fmt: skip
+    got = stamped(earlier)
+    assert got["old"]["machine"] == {"cpu": "A"} and got["old"]["measured_at"] == "T0"
+    assert got["new"]["measured_at"] == "T1"  # its own stamp wins
