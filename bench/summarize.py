@@ -145,6 +145,12 @@ ROWS: list[tuple[str, str, str, str]] = [
     ),
     (
         "distill_cache",
+        "distill_cached_share_by_task.long rollouts",
+        "≥ 0.8",
+        "the same where rollouts are long (MATH-500 on the 1.5B: ~840-token distillation prompts)",
+    ),
+    (
+        "distill_cache",
         "distill_cached_share_brief",
         "≥ 0.8",
         "the same with the brief ask (rse:brief; opt-in: it lost on dev-brief-three-0.5b)",
