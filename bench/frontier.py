@@ -498,6 +498,8 @@ def summarize() -> None:
         "pooled": {**pooled_targets(cells), "rse_conf_vs_sc_conf": rse_conf_vs_sc_conf()},
         "pooled_time": pooled_targets(cells, "time"),
         "distill_cached_share": cache.get("distill_cached_share"),
+        # the lowest task's above; each task's here (the share follows the rollout's length)
+        "distill_cached_share_by_task": cache.get("distill_cached_share_by_task"),
     }
     write_result("frontier", payload, measured_on(cells))
     replace_readme_block("frontier", table(cells), "## Accuracy per cost: stopping, confidence")
