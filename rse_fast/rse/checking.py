@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -116,8 +117,8 @@ _OPERATOR = r"[-+*/xX]"
 _TOKEN = re.compile(r"(?P<space>\s+)|(?P<number>\d+(?:\.\d+)?)|(?P<word>[^\W\d]+)|(?P<other>.)",
                     re.DOTALL)  # fmt: skip
 #: the written forms of an operator a distiller uses (LaTeX, Unicode), as Python writes them
-_SPELLINGS = (("\\times", "*"), ("\\cdot", "*"), ("×", "*"), ("·", "*"), ("\\div", "/"),
-              ("÷", "/"), ("−", "-"), ("==", "="))  # fmt: skip
+_SPELLINGS = (("\\times", "*"), ("\\cdot", "*"), ("×", "*"), ("·", "*"), ("⋅", "*"),
+              ("\\div", "/"), ("÷", "/"), ("−", "-"), ("==", "="))  # fmt: skip
 _MATH = set("+-*/()=")
 #: what may not touch a claim on either side: it would carry a number into a word, a power,
 #: a percentage or a longer number ("1,000")
@@ -172,7 +173,7 @@ class ArithmeticChecker:
         right: list[str] = []
         wrong: list[str] = []
         for c in equations(text):
-            if c.value == c.stated_value:
+            if c.holds:
                 right.append(f"{c.expression} = {_shown(c.value)}")
             else:
                 stated = (
@@ -193,6 +194,19 @@ class Claim(NamedTuple):
     value: Fraction
     stated: str
     stated_value: Fraction
+
+    @property
+    def holds(self) -> bool:
+        """Exactly, or as a decimal written to fewer places than the value has: ``1 / 3 =
+        0.333`` and ``2 / 3 = 0.666`` hold (rounded, cut), ``1 / 3 = 0.34`` does not."""
+        if self.value == self.stated_value:
+            return True
+        places = _decimals(self.stated)
+        if not places:
+            return False
+        scaled = self.value * 10**places
+        return any(Fraction(n, 10**places) == self.stated_value
+                   for n in (round(scaled), math.trunc(scaled)))  # fmt: skip
 
 
 def equations(text: str) -> list[Claim]:
@@ -251,6 +265,12 @@ def _runs(text: str) -> list[str]:
         ):
             runs.append(run)
     return runs
+
+
+def _decimals(side: str) -> int:
+    """The places after the point of a side that is one decimal number (0 otherwise)."""
+    m = re.fullmatch(r"\(?-?\d+\.(\d+)\)?", side)
+    return len(m.group(1)) if m else 0
 
 
 def _operators(side: str) -> int:

@@ -43,6 +43,10 @@ RIGHT = "The units give 7 + 5 = 12."
         ("9 − 4 = 5, and 3 · 3 = 9", "verified", "9 - 4 = 5; 3 * 3 = 9"),
         ("(-97 + (-69)) == -166", "verified", "(-97 + (-69)) = -166"),
         ("(3 + 4 = 8)", "refuted", "3 + 4 = 7, not 8"),
+        # a decimal holds to the places it is written to, rounded or cut; an integer is exact
+        ("1 / 3 = 0.333 and 2 / 3 = 0.666 and 22 / 7 = 3.14", "verified", "22 / 7 = 3.14286"),
+        ("1 / 3 = 0.34", "refuted", "1 / 3 = 0.333333, not 0.34"),
+        ("2 ⋅ 3.5 = 7.0", "verified", "2 * 3.5 = 7"),
         # a side that runs on into a term the claim leaves out is not a claim about numbers
         ("x + 3 = 5 + 1", "unknown", ""),
         ("2^3 + 1 = 9", "unknown", ""),
