@@ -133,7 +133,7 @@ MAX_EXPRESSION = 120
 def evaluate(expression: str) -> Fraction | None:
     """The exact value of a small arithmetic expression, or None when it is not one."""
     text = expression.replace("×", "*").replace("÷", "/")
-    text = re.sub(r"(?<=\d)\s*[xX]\s*(?=[\d(])", "*", text)
+    text = re.sub(r"(?<=[\d)])\s*[xX]\s*(?=[\d(-])", "*", text)
     if len(text) > MAX_EXPRESSION:
         return None
     try:
@@ -239,10 +239,13 @@ def _runs(text: str) -> list[str]:
         kind, value, _ = tokens[solid[at]]
         if kind == "number" or (kind == "other" and value in _MATH):
             return True
-        # "6 x 7": an x between two numbers is a times sign
-        return (value in ("x", "X") and 0 < at < len(solid) - 1
-                and tokens[solid[at - 1]][0] == "number"
-                and tokens[solid[at + 1]][0] == "number")  # fmt: skip
+        # "6 x 7", "(2) x (-3)": an x between two numbers is a times sign
+        if value not in ("x", "X") or not 0 < at < len(solid) - 1:
+            return False
+        left, right = tokens[solid[at - 1]], tokens[solid[at + 1]]
+        return (left[0] == "number" or left[1] == ")") and (
+            right[0] == "number" or right[1] in ("(", "-")
+        )
 
     runs = []
     at = 0

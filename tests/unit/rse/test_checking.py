@@ -7,11 +7,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rse_fast.encoder import Encoder
 from rse_fast.methods import VisibleResult
 from rse_fast.prompts import PROPOSITIONS_HEADER
-from rse_fast.rse.checking import ArithmeticChecker, CodeExamplesChecker, bare_function, evaluate
+from rse_fast.rse.checking import (
+    ArithmeticChecker,
+    CodeExamplesChecker,
+    bare_function,
+    evaluate,
+)
 from rse_fast.testing import ScriptedServer
 
 from fakes.engines import make_rse
@@ -69,6 +76,44 @@ def test_a_long_or_hostile_statement_is_read_in_one_pass():
     assert checker.check("1 + " * 3000 + "= 5 " + ")" * 3000, "positive").verdict == "unknown"
     spaced = checker.check("1" + " " * 20000 + "+ 7 + 5 = 12", "positive")
     assert spaced.verdict == "refuted" and spaced.evidence == "1 + 7 + 5 = 13, not 12"
+
+
+SPELLED = {"+": ["+"], "-": ["-", "−"], "*": ["*", "×", "\\times", "x", "\\cdot"],
+           "/": ["/", "÷", "\\div"]}  # fmt: skip
+
+
+@st.composite
+def written_claims(draw):
+    """``a op b = stated`` as a distiller might write it, amid prose, with its truth."""
+    a, b = draw(st.integers(-999, 999)), draw(st.integers(-999, 999))
+    op = draw(st.sampled_from(sorted(SPELLED)))
+    if op == "/":
+        b = b or 1
+        a = a * b  # a whole quotient: what is stated is an integer
+    value = {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b else 0}[op]
+    stated = value + draw(st.sampled_from([0, 0, 1, -1, 10, draw(st.integers(-50, 50))]))
+    shown_b = f"({b})" if b < 0 else str(b)
+    claim = f"{a} {draw(st.sampled_from(SPELLED[op]))} {shown_b} = {stated}"
+    if draw(st.booleans()):
+        claim = f"{stated} = {a} {draw(st.sampled_from(SPELLED[op]))} {shown_b}"
+    before = draw(st.sampled_from(["", "So ", "Step 2: ", "$", "\\(", "We get: "]))
+    after = draw(st.sampled_from(["", ".", ", so the sum is right", "$", "\\)", " and then"]))
+    return before + claim + after, stated == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(written_claims())
+def test_a_written_claim_gets_the_verdict_its_arithmetic_deserves(written):
+    text, true = written
+    check = ArithmeticChecker().check(text, "positive")
+    assert check.verdict == ("verified" if true else "refuted"), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789 +-*/()=.,x^%−×÷\\timesdivcdot abc", max_size=80))
+def test_any_statement_gets_a_verdict(text):
+    """Whatever a distiller writes, the checker answers: no exception reaches the engine."""
+    assert ArithmeticChecker().check(text, "positive").verdict in ("verified", "refuted", "unknown")
 
 
 def test_only_small_arithmetic_is_evaluated():
