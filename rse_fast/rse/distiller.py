@@ -122,7 +122,7 @@ class Distiller:
         )
         return params, schema
 
-    def file(
+    async def file(
         self,
         rec: RolloutRecord,
         parsed: Distilled,
@@ -142,7 +142,18 @@ class Distiller:
             for kind, texts in (("negative", rec.negative), ("positive", rec.positive))
             for p, t in enumerate(texts)
         ]
-        return self._checked(found, r, rollout) if self.checker is not None else found
+        if self.checker is None or not found:
+            return found
+        # off the event loop, as observe: a task's checker may run a tool or a process, and
+        # the rounds' other rollouts stream meanwhile
+        t0 = time.perf_counter()
+        checks = await asyncio.to_thread(self._verdicts, found)
+        self._book_check(time.perf_counter() - t0, r)
+        return self._checked(found, checks, rollout)
+
+    def _verdicts(self, found: list[Experience]) -> list[Check]:
+        assert self.checker is not None
+        return [self.checker.check(e.text, e.kind) for e in found]
 
     @property
     def observes(self) -> bool:
@@ -176,18 +187,14 @@ class Distiller:
         )  # fmt: skip
 
     def _checked(
-        self, found: list[Experience], r: int, rollout: Check | None = None
+        self, found: list[Experience], checks: list[Check], rollout: Check | None = None
     ) -> list[Experience]:
         """Each statement with the checker's verdict: a refuted proposition becomes a pitfall
         stating the evidence (or is dropped), a refuted pitfall is dropped; a proposition the
         checker cannot judge alone takes its rollout's verdict (``rollout``: what running
-        the rollout showed). Verdicts are counted (``check_counts``); the checker's time is
-        booked in the run's ledger (role ``check``: no tokens)."""
-        assert self.checker is not None
-        t0 = time.perf_counter()
+        the rollout showed). Verdicts are counted (``check_counts``)."""
         kept: list[Experience] = []
-        for e in found:
-            check = self.checker.check(e.text, e.kind)
+        for e, check in zip(found, checks, strict=True):
             if check.verdict == "unknown" and rollout is not None and e.kind == "positive":
                 check = rollout
             self.check_counts[check.verdict] = self.check_counts.get(check.verdict, 0) + 1
@@ -199,7 +206,6 @@ class Distiller:
                     replace(e, text=text, kind="negative", verdict="refuted",
                             evidence=check.evidence)
                 )  # fmt: skip
-        self._book_check(time.perf_counter() - t0, r)
         return kept
 
     async def vectors(
@@ -379,7 +385,7 @@ class Distiller:
         if parsed is None:
             lead.record.distill = "unparseable"
             return
-        lead.candidates = self.file(lead.record, parsed, r)
+        lead.candidates = await self.file(lead.record, parsed, r)
         if lead.candidates:
             lead.vectors = await self.encoder.aencode([c.text for c in lead.candidates])
         lead.returned_at = lead.encoded_at = time.perf_counter()

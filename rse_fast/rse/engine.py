@@ -509,7 +509,7 @@ class RSE:
             counters["unparseable"] += rec.distill in ("unparseable", "failed")
             report()
             return RolloutOutcome(rec, [], None, returned, returned)
-        cands = self.distiller.file(
+        cands = await self.distiller.file(
             rec, parsed, r, seen.rollout, propositions=trusted
         ) + self.distiller.grounded(seen, rec, r)
         vectors = await self.distiller.vectors([c.text for c in cands], early) if cands else None

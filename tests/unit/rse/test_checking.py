@@ -5,6 +5,8 @@ dropped), the bank keeps every verdict and its evidence, and the checker's time 
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +17,7 @@ from rse_fast.methods import VisibleResult
 from rse_fast.prompts import PROPOSITIONS_HEADER
 from rse_fast.rse.checking import (
     ArithmeticChecker,
+    Check,
     CodeExamplesChecker,
     bare_function,
     evaluate,
@@ -158,6 +161,36 @@ async def test_a_refuted_claim_never_reaches_a_prompt_as_a_proposition(encoder, 
     checks = [r for r in records if r.role == "check"]
     assert checks and all(r.total_tokens == 0 and r.work_s >= 0 for r in checks)
     assert MECHANISM  # the fake's mechanism settings are what make_rse runs with
+
+
+class SlowChecker(ArithmeticChecker):
+    """A task's checker that takes its time (a tool, a process): where it ran is recorded."""
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+
+    def check(self, text: str, kind: str) -> Check:
+        self.threads.add(threading.get_ident())
+        time.sleep(0.05)
+        return super().check(text, kind)
+
+
+async def test_a_checker_runs_off_the_event_loop_and_its_time_is_booked(encoder):
+    """Checking a statement may take a tool or a process: it runs off the event loop, as
+    running a rollout does, so the round's other rollouts stream meanwhile; the seconds it
+    took are the checker's in the ledger, and its verdicts are what the checker said."""
+    checker = SlowChecker()
+    async with ScriptedServer(default_reply=distiller_claims) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=2, k=4)
+        rse.checker = checker
+        async with rse.client:
+            await rse.solve(PROBLEM, gold=GOLD, keep_bank=True)
+            loop_thread = threading.get_ident()
+        records = list(rse.client.ledger.records)
+    assert checker.threads and loop_thread not in checker.threads
+    booked = sum(r.work_s for r in records if r.role == "check")
+    assert booked >= 0.05 * 2 * 4  # two statements from each of round 1's four rollouts
+    assert [e.verdict for e in rse.bank.items["positive"]] == ["verified"]
 
 
 async def test_the_report_page_shows_each_verdict_and_its_evidence(encoder):
