@@ -47,7 +47,9 @@ class ExperienceChecker(Protocol):
     """What checks a distilled statement (``kind``: ``positive`` or ``negative``). A checker
     that can also run a rollout itself has ``observe(response) -> Observation``: experience
     grounded in what happened, filed beside the distiller's (and filed even where no
-    distillation was bought: running the code costs no tokens)."""
+    distillation was bought: running the code costs no tokens). Both are called in a worker
+    thread, off the event loop (a check may run a tool or a process), one rollout's statements
+    at a time but rollouts concurrently: a checker that keeps state guards it."""
 
     def check(self, text: str, kind: str) -> Check: ...
 
