@@ -89,11 +89,26 @@ def visible_examples(stub: str, entry_point: str) -> list[Example]:
     return found
 
 
+#: how a visible test compares what came back with what the example states: as ``==``, but
+#: floats (also inside lists, tuples and dict values) within a relative 1e-9, so a right
+#: program is not failed for floating-point noise (0.1 + 0.2 against a stated 0.3)
+SAME = """def _same(got, want):
+    import math
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        return math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(want, (list, tuple)) and type(got) is type(want) and len(got) == len(want):
+        return all(_same(g, w) for g, w in zip(got, want))
+    if isinstance(want, dict) and isinstance(got, dict) and got.keys() == want.keys():
+        return all(_same(got[k], want[k]) for k in want)
+    return got == want
+"""
+
+
 def visible_tests(examples: list[Example], entry_point: str) -> str:
     """A ``check(candidate)`` that runs each example and stops at the first that fails,
     saying which call it was and what came back or what it raised (the sandbox's harness runs
     it: only data crosses)."""
-    body = [f"def check(candidate):\n    {entry_point} = candidate"]
+    body = [SAME + f"def check(candidate):\n    {entry_point} = candidate"]
     for ex in examples:
         said, wanted = f"{ex.call} returned ", f", expected {ex.expected}"
         raised = f"{ex.call} raised "
@@ -103,7 +118,7 @@ def visible_tests(examples: list[Example], entry_point: str) -> str:
             f"    except Exception as _error:\n"
             f"        _why = type(_error).__name__ + ': ' + str(_error)\n"
             f"        raise AssertionError({raised!r} + _why + {wanted!r}) from None\n"
-            f"    assert _got == {ex.expected}, {said!r} + repr(_got) + {wanted!r}"
+            f"    assert _same(_got, {ex.expected}), {said!r} + repr(_got) + {wanted!r}"
         )
     return "\n".join(body) + "\n"
 

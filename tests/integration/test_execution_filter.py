@@ -65,6 +65,31 @@ def isolation(request):
         pytest.skip("bubblewrap (bwrap) is not available: apt-get install bubblewrap")
 
 
+def test_a_stated_float_is_matched_within_noise_and_no_further(tmp_path):
+    """A right program is not failed for floating-point noise ((0.1 + 0.2) / 2 against a
+    stated 0.15; 3 * 0.1 inside a list), and a value off by more is still wrong."""
+    rows = [
+        {"id": "mean", "entry_point": "mean", "test": "def check(c): pass\n",
+         "prompt": 'def mean(xs):\n    """The mean of xs."""\n',
+         "visible_tests": ["mean([0.1, 0.2]) == 0.15", "mean([1, 2]) == 1.5"]},
+        {"id": "tenths", "entry_point": "tenths", "test": "def check(c): pass\n",
+         "prompt": 'def tenths(xs):\n    """Each x as tenths."""\n',
+         "visible_tests": ["tenths([1, 2, 3]) == [0.1, 0.2, 0.3]"]},
+    ]  # fmt: skip
+    data = tmp_path / "floats.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    mean, tenths = sorted(load_dataset(f"jsonl:{data}").problems, key=lambda p: p.id)
+    assert mean.visible_check is not None and tenths.visible_check is not None
+    assert (0.1 + 0.2) / 2 != 0.15 and 3 * 0.1 != 0.3  # the noise this is about
+    code = "```python\ndef {}(xs):\n    return {}\n```".format
+    assert mean.visible_check(code("mean", "sum(xs) / len(xs)")).passed
+    off = mean.visible_check(code("mean", "sum(xs) / len(xs) + 1e-6"))
+    assert not off.passed and "expected 0.15" in off.detail
+    assert tenths.visible_check(code("tenths", "[x * 0.1 for x in xs]")).passed
+    as_tuple = code("tenths", "tuple(x * 0.1 for x in xs)")
+    assert not tenths.visible_check(as_tuple).passed  # a tuple is not the list stated
+
+
 def test_humaneval_problems_check_their_own_examples_not_their_tests():
     ds = load_dataset("humaneval", limit=None)
     stated = [p for p in ds.problems if p.meta.get("visible_tests")]
