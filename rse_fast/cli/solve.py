@@ -79,6 +79,13 @@ def add_parser(sub: Any) -> None:
         help="with --budget: stop after a round once every round's answers are settled "
         "(Beta criterion at 1 - EPSILON; default the library's +stop), the rest unspent",
     )
+    p.add_argument(
+        "--check",
+        choices=("arithmetic",),
+        help="check every distilled statement: 'arithmetic' re-computes each equation between "
+        "numbers it makes; a refuted proposition reaches no prompt (it is refiled as a pitfall "
+        "stating the right value)",
+    )
     p.add_argument("--checkpoint", help="directory for per-round checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument(
@@ -231,6 +238,10 @@ def format_summary(result: RSEResult, bank: Any = None, price: CostModel | None 
             f"{r.wall_s:.1f}s, unparseable {r.unparseable}, failed {r.failed_rollouts}"
         )
     lines.extend(unguided_note(result))
+    if result.checks is not None:
+        said = ", ".join(f"{n} {v}" for v, n in sorted(result.checks.items()) if n) or "none"
+        why = " (a refuted proposition reached no prompt: a pitfall states its right value)"
+        lines.append(f"checked statements: {said}" + (why if result.checks.get("refuted") else ""))
     if bank is not None and len(bank):
         lines.append("what the bank learned (best first; support = rollouts that derived it):")
         for kind, name in (("negative", "pitfall"), ("positive", "proposition")):
@@ -322,6 +333,7 @@ def config_fields(args: argparse.Namespace, local: bool) -> dict[str, Any]:
 async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
     from rse_fast.encoder import Encoder
     from rse_fast.llm.trace import JsonlTrace
+    from rse_fast.rse.checking import ArithmeticChecker
     from rse_fast.rse.config import RSEConfig
     from rse_fast.rse.engine import RSE
 
@@ -358,6 +370,7 @@ async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
             checkpoint_dir=args.checkpoint,
             progress=progress,
             distill_client=distill_client,
+            checker=ArithmeticChecker() if args.check == "arithmetic" else None,
         )
         bank = None
         if args.bank_in:
@@ -416,6 +429,7 @@ async def solve_within(
         budget_unit=args.price if unit == "price" else "tokens",
         checkpoint_dir=args.checkpoint,
         resume=args.resume,
+        checker=args.check,
     )
     t0 = time.perf_counter()
     problem = Problem("solve", args.problem, args.gold)
@@ -432,4 +446,5 @@ async def solve_within(
         ledger=run.ledger.summary(),
         wall_s=time.perf_counter() - t0,
         distillation_unaffordable=run.meta.get("distillation_unaffordable"),
+        checks=run.meta.get("checks") if args.check else None,
     )

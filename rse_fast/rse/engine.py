@@ -153,6 +153,7 @@ class RSE:
         if not isinstance(problem, str) or not problem.strip():
             raise ValueError("problem must be a non-empty string")
         t0 = time.perf_counter()
+        checked_before = dict(self.distiller.check_counts)  # an engine may solve many problems
         cfg = self.config
         rounds: list[RoundResult] = []
         bank_given = bank is not None
@@ -203,6 +204,11 @@ class RSE:
             ledger=self.client.ledger.summary(),
             wall_s=time.perf_counter() - t0,
             resumed_from_round=resumed_from,
+            checks=(
+                {k: n - checked_before.get(k, 0) for k, n in self.distiller.check_counts.items()}
+                if self.distiller.checker is not None
+                else None
+            ),
         )
 
     # -- one round -------------------------------------------------------------------------

@@ -104,6 +104,9 @@ class RSEResult:
     #: a budgeted run that bought no distillation: the first round it could not, the tokens
     #: that round, its distillations and a guided round needed, and the tokens left
     distillation_unaffordable: dict[str, float] | None = None
+    #: with a checker: its verdicts on the statements of the rounds this run distilled
+    #: (``verified``, ``refuted``, ``unknown``); None without one
+    checks: dict[str, int] | None = None
 
     @property
     def accuracy_per_round(self) -> list[float | None]:

@@ -10,8 +10,9 @@ import pytest
 from conftest import threaded_server
 
 from rse_fast import cli
+from rse_fast.prompts import PROPOSITIONS_HEADER
 
-from fakes.scripted_model import GOLD, PROBLEM, reply
+from fakes.scripted_model import GOLD, PROBLEM, is_distill, reply
 
 
 def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
@@ -66,7 +67,7 @@ def test_solve_prints_summary_json_and_trace(capsys, tmp_path, monkeypatch):
         assert set(data) == {
             "problem", "answer", "votes", "total_votes", "correct", "accuracy_per_round",
             "bank_sizes", "bank_top", "ledger", "wall_s", "resumed_from_round", "rounds",
-            "distillation_unaffordable",
+            "distillation_unaffordable", "checks",
         }  # fmt: skip
         assert {"round", "k", "experience_block", "answer", "votes", "accuracy", "tokens",
                 "bank_sizes", "rollouts", "decisions"} <= set(data["rounds"][0])  # fmt: skip
@@ -256,6 +257,38 @@ def test_solve_within_a_budget_never_spends_past_it_and_says_what_was_left(capsy
     assert budget == {"amount": 3000, "unit": "tokens", "spent": stopped,
                       "unspent": 3000 - stopped}  # fmt: skip
     assert data["ledger"]["total_tokens"] == stopped and len(data["rounds"]) >= 1
+
+
+def claims_reply(body: dict, index: int) -> str:
+    """The scripted model, its distiller claiming one wrong and one right equation."""
+    if is_distill(body):
+        return json.dumps({"positive": ["Adding the units gives 27 + 15 = 32.",
+                                        "The units give 7 + 5 = 12."], "negative": []})  # fmt: skip
+    return reply(body, index)
+
+
+@pytest.mark.parametrize("budgeted", [False, True])
+def test_solve_check_arithmetic_recomputes_claims_and_says_what_it_found(capsys, budgeted):
+    """``--check arithmetic`` re-computes every equation a distilled statement makes, with or
+    without a budget: the summary and ``--json`` say what the checker found, and the wrong
+    claim never reaches a prompt as a proposition."""
+    with threaded_server(default_reply=claims_reply) as srv:
+        args = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "2", "--rounds", "2",
+                "--quiet", "--settle-margin", "off", "--check", "arithmetic"]  # fmt: skip
+        if budgeted:
+            args += ["--budget", "20000", "--max-tokens", "256"]
+        assert cli.main(args) == 0
+        summary = capsys.readouterr().out
+        assert cli.main([*args, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        prompts = [json.dumps(b["messages"]) for b in srv.requests if not is_distill(b)]
+    assert data["checks"] == {"refuted": 2, "verified": 2}  # a claim of each kind per rollout
+    line = next(x for x in summary.splitlines() if x.startswith("checked statements: "))
+    assert line.startswith("checked statements: 2 refuted, 2 verified (a refuted proposition")
+    guided = [p for p in prompts if PROPOSITIONS_HEADER in p]
+    shown = [p.split(PROPOSITIONS_HEADER)[-1] for p in guided]
+    assert guided and all("7 + 5 = 12" in x and "27 + 15 = 32" not in x for x in shown)
+    assert all("27 + 15 = 42, not 32" in p for p in guided)  # as a pitfall, with its evidence
 
 
 def test_a_budget_that_buys_no_distillation_says_so_and_what_it_lacked(capsys):
