@@ -163,9 +163,28 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "judge_garbage": sum(int(r.get("judge_garbage", 0)) for r in recs),
                 "grade_garbage": sum(int(r.get("grade_garbage", 0)) for r in recs),
                 "accuracy_per_round": per_round,
+                "checks": checker_verdicts(recs),
             }
         )
     return rows
+
+
+def verdicts_text(checks: dict[str, Any]) -> str:
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(checks.items()) if v != "refuted_share")
+    return f"{checks['refuted_share']:.0%} refuted ({counts})"
+
+
+def checker_verdicts(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A checker's verdicts on the distilled statements, summed over the records that ran one
+    (``rse+check``, ``rse+arith``), with the refuted share; None where none did."""
+    counts: dict[str, int] = {}
+    for r in recs:
+        for verdict, n in ((r.get("meta") or {}).get("checks") or {}).items():
+            counts[verdict] = counts.get(verdict, 0) + int(n)
+    total = sum(counts.values())
+    if not total:
+        return None
+    return {**counts, "refuted_share": counts.get("refuted", 0) / total}
 
 
 def cached_share(recs: list[dict[str, Any]]) -> float | None:
@@ -422,6 +441,15 @@ def markdown_table(summary: dict[str, Any]) -> str:
         )
     if summary.get("unreadable"):
         notes.append(f"Unreadable result lines (not counted): {', '.join(summary['unreadable'])}")
+    checked = [r for r in rows if r.get("checks")]
+    if checked:
+        notes.append(
+            "The checker's verdicts on distilled statements (a refuted proposition reached no "
+            "prompt): "
+            + "; ".join(
+                f"{r['method']}@{budget_text(r)} {verdicts_text(r['checks'])}" for r in checked
+            )
+        )
     for r in (r for r in rows if r["accuracy_per_round"]):
         acc = ", ".join(_fmt(a, True) for a in r["accuracy_per_round"])
         notes.append(f"{r['method']} @{budget_text(r)}: accuracy per round {acc}")

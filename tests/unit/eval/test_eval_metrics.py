@@ -19,7 +19,7 @@ from rse_fast.eval.metrics import (
     paired_difference,
     spearman,
 )
-from rse_fast.eval.summary import aggregate, capture_vs_rho, paired_rows
+from rse_fast.eval.summary import aggregate, capture_vs_rho, markdown_table, paired_rows
 
 NAN = float("nan")
 
@@ -147,6 +147,22 @@ def test_report_rows_use_independent_single_samples_and_count_garbage():
     assert row["rho_v"] == 0.5 and row["rho_v_pools"] == 1  # defined on one pool of two
     assert row["rho_v_kind"] == "verifier-vs-exact"
     assert row["final_ci95"] == [0.0, 1.0]
+
+
+def test_a_checkers_verdicts_are_summed_per_method_and_named_in_the_table():
+    """rse+arith's records carry the checker's verdicts: the row sums them over problems with
+    the refuted share, the table says so; a method without a checker reports none."""
+    checked = [_rec(p, "rse+arith", 100, 1.0, [1.0]) for p in "ab"]
+    checked[0]["meta"] = {"checks": {"refuted": 1, "verified": 2}}
+    checked[1]["meta"] = {"checks": {"unknown": 1}}
+    recs = [*checked, _rec("a", "rse", 100, 1.0, [1.0]), _rec("b", "rse", 100, 1.0, [1.0])]
+    rows = {r["method"]: r for r in aggregate(recs)}
+    assert rows["rse+arith"]["checks"] == {"refuted": 1, "verified": 2, "unknown": 1,
+                                           "refuted_share": 0.25}  # fmt: skip
+    assert rows["rse"]["checks"] is None
+    table = markdown_table({"rows": list(rows.values()), "paired": []})
+    assert "rse+arith@100 25% refuted (1 refuted, 1 unknown, 2 verified)" in table
+    assert "rse@100 " not in table.split("The checker's verdicts")[-1]
 
 
 def test_paired_rows_and_the_capture_regression():
