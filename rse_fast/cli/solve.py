@@ -446,5 +446,5 @@ async def solve_within(
         ledger=run.ledger.summary(),
         wall_s=time.perf_counter() - t0,
         distillation_unaffordable=run.meta.get("distillation_unaffordable"),
-        checks=run.meta.get("checks") if args.check else None,
+        checks=run.meta.get("checks", {}) if args.check else None,
     )
