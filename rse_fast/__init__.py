@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from rse_fast.errors import (
     BuildError,
+    CheckerError,
     IntegrityError,
     LLMBadRequestError,
     LLMConnectionError,
@@ -74,6 +75,7 @@ __all__ = [
     "BuildError",
     "Candidate",
     "ChatResult",
+    "CheckerError",
     "Choice",
     "Decision",
     "Encoder",

@@ -179,6 +179,12 @@ class SandboxUnavailableError(RSEFastError, RuntimeError):
     the caller did not accept a weaker sandbox)."""
 
 
+class CheckerError(RSEFastError, RuntimeError):
+    """A task's experience checker failed on a statement or a rollout; the message names the
+    checker, what it raised and on what (the original is its ``__cause__``). The round's other
+    rollouts are cancelled, and a checkpointed run resumes from its last finished round."""
+
+
 class InsecureServiceError(RSEFastError, ValueError):
     """The service was asked to run in a way that exposes it (e.g. no keys on a public
     address) without the operator's explicit consent."""

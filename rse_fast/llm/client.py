@@ -8,7 +8,6 @@ that a client shares with its ledger views.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -16,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -33,6 +32,7 @@ from rse_fast.llm.sse import sse_payloads
 from rse_fast.llm.trace import TraceHook
 from rse_fast.llm.transport import Timeouts, Transport, open_response, read_json, stream_lines
 from rse_fast.llm.types import ChatResult, Choice, Message, ServerTimings, StreamEvent, Usage
+from rse_fast.util.tasks import gather_or_cancel
 
 log = logging.getLogger(__name__)
 
@@ -75,18 +75,6 @@ def _as_endpoints(
 ) -> list[Endpoint]:
     items = [endpoints] if isinstance(endpoints, (str, Endpoint)) else list(endpoints)
     return [e if isinstance(e, Endpoint) else Endpoint(e, api_key, limit) for e in items]
-
-
-async def _gather_or_cancel(aws: Sequence[Awaitable[ChatResult]]) -> list[ChatResult]:
-    """Like gather, but the first failure cancels the rest: nothing keeps running unobserved."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for t in tasks:
-            if not t.done():
-                t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class LLMClient:
@@ -572,7 +560,7 @@ class LLMClient:
                 choices=(), usage=Usage(0, 0), latency_s=0.0, endpoint="", model=body["model"],
                 requests=0,
             )  # fmt: skip
-        parts = await _gather_or_cancel([self._request({**body, "seed": s}) for s in seeds])
+        parts = await gather_or_cancel([self._request({**body, "seed": s}) for s in seeds])
         return self._merge(parts)
 
     @staticmethod

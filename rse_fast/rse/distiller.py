@@ -6,8 +6,9 @@ observations filed beside the distiller's statements."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from rse_fast.answers import answers_equivalent, off_loop
 from rse_fast.encoder import Encoder
-from rse_fast.errors import BudgetExhaustedError, LLMError
+from rse_fast.errors import BudgetExhaustedError, CheckerError, LLMError, RSEFastError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import CallRecord
 from rse_fast.llm.types import Message
@@ -153,7 +154,11 @@ class Distiller:
 
     def _verdicts(self, found: list[Experience]) -> list[Check]:
         assert self.checker is not None
-        return [self.checker.check(e.text, e.kind) for e in found]
+        checks = []
+        for e in found:
+            with checker_failures(self.checker, f"the {e.kind} statement {e.text[:80]!r}"):
+                checks.append(self.checker.check(e.text, e.kind))
+        return checks
 
     @property
     def observes(self) -> bool:
@@ -166,7 +171,8 @@ class Distiller:
         if not self.observes:
             return Observation()
         t0 = time.perf_counter()
-        seen: Observation = await asyncio.to_thread(self.checker.observe, rec.text)  # type: ignore[union-attr]
+        with checker_failures(self.checker, f"rollout {rec.index}"):
+            seen: Observation = await asyncio.to_thread(self.checker.observe, rec.text)  # type: ignore[union-attr]
         self._book_check(time.perf_counter() - t0, r)
         return seen
 
@@ -389,3 +395,19 @@ class Distiller:
         if lead.candidates:
             lead.vectors = await self.encoder.aencode([c.text for c in lead.candidates])
         lead.returned_at = lead.encoded_at = time.perf_counter()
+
+
+@contextlib.contextmanager
+def checker_failures(checker: object, what: str) -> Iterator[None]:
+    """A task's checker that raises ends the run with a :class:`CheckerError` naming it and
+    what it was checking (the library's own typed errors, e.g. a sandbox that cannot run,
+    pass as they are)."""
+    try:
+        yield
+    except RSEFastError:
+        raise
+    except Exception as exc:
+        raise CheckerError(
+            f"the experience checker {type(checker).__name__} raised {type(exc).__name__}: "
+            f"{exc} (on {what})"
+        ) from exc

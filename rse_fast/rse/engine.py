@@ -36,6 +36,7 @@ from rse_fast.rse.distiller import Distiller, RolloutOutcome, release_early
 from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
 from rse_fast.rse.settling import RoundSplit, Settling, agreeing_sources
 from rse_fast.util.sync import run_sync
+from rse_fast.util.tasks import gather_or_cancel
 
 
 class RSE:
@@ -325,23 +326,23 @@ class RSE:
         first = (
             first_index if first_index is not None else sum(cfg.k_for_round(q) for q in range(1, r))
         )
-        outcomes = await asyncio.gather(
-            *(
-                self._rollout_and_distill(
-                    problem,
-                    messages,
-                    r,
-                    i,
-                    gold,
-                    counters,
-                    report,
-                    per_rollout,
-                    split,
-                    first,
-                    observe,
-                )
-                for i in range(k)
+        # an unexpected failure (a task's checker, the encoder) ends the round's other
+        # rollouts too, rather than leaving them streaming on a client about to close
+        outcomes = await gather_or_cancel(
+            self._rollout_and_distill(
+                problem,
+                messages,
+                r,
+                i,
+                gold,
+                counters,
+                report,
+                per_rollout,
+                split,
+                first,
+                observe,
             )
+            for i in range(k)
         )
         if (
             distill

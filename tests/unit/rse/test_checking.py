@@ -4,6 +4,7 @@ dropped), the bank keeps every verdict and its evidence, and the checker's time 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rse_fast.encoder import Encoder
+from rse_fast.errors import CheckerError
 from rse_fast.methods import VisibleResult
 from rse_fast.prompts import PROPOSITIONS_HEADER
 from rse_fast.rse.checking import (
@@ -191,6 +193,40 @@ async def test_a_checker_runs_off_the_event_loop_and_its_time_is_booked(encoder)
     booked = sum(r.work_s for r in records if r.role == "check")
     assert booked >= 0.05 * 2 * 4  # two statements from each of round 1's four rollouts
     assert [e.verdict for e in rse.bank.items["positive"]] == ["verified"]
+
+
+class BrokenChecker(ArithmeticChecker):
+    """Raises on its first statement; its later calls are slow, so rollouts are in flight."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def check(self, text: str, kind: str) -> Check:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("checker broke")
+        time.sleep(0.2)
+        return super().check(text, kind)
+
+
+async def test_a_checker_that_raises_ends_the_run_with_a_typed_error_and_no_stray_rollout(
+    encoder,
+):
+    """A task's checker that raises ends the run with a CheckerError naming the checker, what
+    it raised and the statement, the original as its cause; the round's other rollouts are
+    cancelled with it, so none keeps calling a client its caller is closing."""
+    async with ScriptedServer(default_reply=distiller_claims) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=2, k=4)
+        rse.checker = BrokenChecker()
+        async with rse.client:
+            with pytest.raises(CheckerError) as caught:
+                await rse.solve(PROBLEM, gold=GOLD)
+            stray = [t for t in asyncio.all_tasks() if "_rollout_and_distill" in repr(t)]
+    said = str(caught.value)
+    assert said.startswith("the experience checker BrokenChecker raised RuntimeError: checker")
+    assert "(on the " in said and " statement " in said
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert not stray
 
 
 async def test_the_report_page_shows_each_verdict_and_its_evidence(encoder):
