@@ -3,9 +3,8 @@ step-wise machinery is ``stepwise``)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from rse_fast.methods.stepwise import SearchPath, SearchRun, Stepwise
+from rse_fast.util.tasks import gather_or_cancel
 
 
 class BeamSearch(Stepwise):
@@ -28,13 +27,9 @@ class BeamSearch(Stepwise):
             if not pairs:
                 break
             before = spend.spent
-            children = await asyncio.gather(
-                *(
-                    self._grow(
-                        run, beams[b], self.seed + 100_000 * tree + 1000 * depth + 10 * b + e
-                    )
-                    for b, e in pairs
-                )
+            children = await gather_or_cancel(
+                self._grow(run, beams[b], self.seed + 100_000 * tree + 1000 * depth + 10 * b + e)
+                for b, e in pairs
             )
             self._per_ext = (spend.spent - before) / len(pairs)
             per_beam = self._per_ext * self.expand

@@ -3,7 +3,6 @@ and resampled when their effective number falls (the step-wise machinery is ``st
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from rse_fast.methods.stepwise import SearchPath, SearchRun, Stepwise
 from rse_fast.methods.types import MethodResult, Problem
 from rse_fast.methods.waves import RunBudget
+from rse_fast.util.tasks import gather_or_cancel
 
 
 def systematic_resample(weights: list[float], n: int, rng: random.Random) -> list[int]:
@@ -76,11 +76,9 @@ class ParticleFilter(Stepwise):
                 break  # the open particles go back to be finished
             particles = affordable
             before = spend.spent
-            moved = await asyncio.gather(
-                *(
-                    self._grow(run, p, self.seed + 100_000 * tree + 1000 * depth + k)
-                    for k, p in enumerate(particles)
-                )
+            moved = await gather_or_cancel(
+                self._grow(run, p, self.seed + 100_000 * tree + 1000 * depth + k)
+                for k, p in enumerate(particles)
             )
             per_particle = self._per_ext = (spend.spent - before) / len(particles)
             depth += 1

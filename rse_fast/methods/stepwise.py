@@ -11,7 +11,6 @@ holds unfinished work. Each distinct path is judged once per run.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +24,7 @@ from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import best_index
 from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import END_MARK, finish_messages, next_step_messages
+from rse_fast.util.tasks import gather_or_cancel
 
 
 @dataclass
@@ -189,10 +189,8 @@ class Stepwise(Method):
         if not finished:
             count = max(1, count)
         seeds = [self.seed + 100_000 * tree + 500_000 + k for k in range(count)]
-        return list(
-            await asyncio.gather(
-                *(self._grow(run, p, s, finish=True) for p, s in zip(ranked, seeds, strict=False))
-            )
+        return await gather_or_cancel(
+            self._grow(run, p, s, finish=True) for p, s in zip(ranked, seeds, strict=False)
         )
 
     def _result(
