@@ -10,7 +10,6 @@ are not independent). A reading with no verdict is garbage, counted apart, never
 
 from __future__ import annotations
 
-import asyncio
 import importlib.resources
 import json
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 from rse_fast.eval.grading import Criterion, RubricGrader
 from rse_fast.eval.metrics import bootstrap_mean_ci
 from rse_fast.methods.types import Problem
+from rse_fast.util.tasks import gather_or_cancel
 
 #: where ``rse-fast eval`` keeps a run's grader check, beside its results
 GRADER_CHECK_FILE = "grader_check.json"
@@ -57,7 +57,7 @@ async def grader_agreement(
         return await grader.criterion_met(problem, item.response, Criterion(text=item.criterion),
                                           seed=31 * k + 7)  # fmt: skip
 
-    said = await asyncio.gather(*(read(item, k) for item in chosen for k in range(readings)))
+    said = await gather_or_cancel(read(item, k) for item in chosen for k in range(readings))
     per_item: list[dict[str, Any]] = []
     for i, item in enumerate(chosen):
         verdicts = said[i * readings : (i + 1) * readings]

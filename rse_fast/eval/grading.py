@@ -31,6 +31,7 @@ from rse_fast.prompts import (
     criterion_met_messages,
     criterion_scale_messages,
 )
+from rse_fast.util.tasks import gather_or_cancel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +114,7 @@ class RubricGrader:
             async with gate:
                 return await self._criterion(problem, response, c, scaled, seed * 1000 + k)
 
-        verdicts = await asyncio.gather(*(one(k, c) for k, c in enumerate(criteria)))
+        verdicts = await gather_or_cancel(one(k, c) for k, c in enumerate(criteria))
         if any(v is None for v in verdicts):
             self.garbage += 1
             return math.nan, math.nan

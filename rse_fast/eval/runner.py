@@ -11,7 +11,6 @@ the oracle for the grader's noise.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import time
@@ -35,6 +34,7 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.llm.cost import spend_summary
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import Method, MethodResult, Problem
+from rse_fast.util.tasks import gather_or_cancel
 
 SINGLE = "single"  # the method name of the μ record
 
@@ -68,10 +68,9 @@ async def _qualities(
     if plan.grader is None:
         raise ValueError(f"{ds.name} is open-ended: the plan needs a rubric grader")
     grader = plan.grader
-    readings = await asyncio.gather(
-        *(grader.grade_both(problem, t, seed=2 * k + r) for r in (0, 1)
-          for k, t in enumerate(texts))
-    )  # fmt: skip
+    readings = await gather_or_cancel(
+        grader.grade_both(problem, t, seed=2 * k + r) for r in (0, 1) for k, t in enumerate(texts)
+    )
     n = len(texts)
     first, second = [x[0] for x in readings[:n]], [x[0] for x in readings[n:]]
     raw = _truth([x[1] for x in readings[:n]], [x[1] for x in readings[n:]])
