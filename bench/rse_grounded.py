@@ -38,6 +38,7 @@ from bench.common import load_cells, measured_on, write_result
 from bench.rse_ablation import Cell, CellRecords, guided_vs_sc_samples, run_cell
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
+from rse_fast.eval.summary import sum_verdicts
 from rse_fast.methods.types import Candidate
 from rse_fast.methods.voting import behaviour_vote, passing_visible, vote_final
 
@@ -329,12 +330,7 @@ PAIRS = {
 
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """What the checker said of the distilled statements, summed over a cell's problems."""
-    total: dict[str, int] = {}
-    for r in rows:
-        for k, v in (r.get("checks") or {}).items():
-            total[k] = total.get(k, 0) + v
-    judged = sum(total.values())
-    return {**total, "refuted_share": total.get("refuted", 0) / judged if judged else None}
+    return sum_verdicts(r.get("checks") for r in rows) or {"refuted_share": None}
 
 
 def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:

@@ -163,7 +163,7 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "judge_garbage": sum(int(r.get("judge_garbage", 0)) for r in recs),
                 "grade_garbage": sum(int(r.get("grade_garbage", 0)) for r in recs),
                 "accuracy_per_round": per_round,
-                "checks": checker_verdicts(recs),
+                "checks": sum_verdicts((r.get("meta") or {}).get("checks") for r in recs),
             }
         )
     return rows
@@ -174,17 +174,15 @@ def verdicts_text(checks: dict[str, Any]) -> str:
     return f"{checks['refuted_share']:.0%} refuted ({counts})"
 
 
-def checker_verdicts(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """A checker's verdicts on the distilled statements, summed over the records that ran one
-    (``rse+check``, ``rse+arith``), with the refuted share; None where none did."""
+def sum_verdicts(checks: Iterable[dict[str, int] | None]) -> dict[str, Any] | None:
+    """A checker's verdicts on distilled statements (one count per run, None where a run had
+    no checker), summed, with the refuted share; None where nothing was checked."""
     counts: dict[str, int] = {}
-    for r in recs:
-        for verdict, n in ((r.get("meta") or {}).get("checks") or {}).items():
+    for one in checks:
+        for verdict, n in (one or {}).items():
             counts[verdict] = counts.get(verdict, 0) + int(n)
     total = sum(counts.values())
-    if not total:
-        return None
-    return {**counts, "refuted_share": counts.get("refuted", 0) / total}
+    return {**counts, "refuted_share": counts.get("refuted", 0) / total} if total else None
 
 
 def cached_share(recs: list[dict[str, Any]]) -> float | None:
