@@ -19,6 +19,7 @@ from rse_fast.cli.args import (
 )
 from rse_fast.cli.connect import api_key, configured_base_url, connect
 from rse_fast.cli.progress import ProgressDisplay, bank_words
+from rse_fast.rse.checking import NAMED_CHECKERS
 
 if TYPE_CHECKING:
     from rse_fast.llm.cost import CostModel
@@ -81,7 +82,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--check",
-        choices=("arithmetic",),
+        choices=tuple(NAMED_CHECKERS),
         help="check every distilled statement: 'arithmetic' re-computes each equation between "
         "numbers it makes; a refuted proposition reaches no prompt (it is refiled as a pitfall "
         "stating the right value)",
@@ -333,7 +334,6 @@ def config_fields(args: argparse.Namespace, local: bool) -> dict[str, Any]:
 async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
     from rse_fast.encoder import Encoder
     from rse_fast.llm.trace import JsonlTrace
-    from rse_fast.rse.checking import ArithmeticChecker
     from rse_fast.rse.config import RSEConfig
     from rse_fast.rse.engine import RSE
 
@@ -370,7 +370,7 @@ async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
             checkpoint_dir=args.checkpoint,
             progress=progress,
             distill_client=distill_client,
-            checker=ArithmeticChecker() if args.check == "arithmetic" else None,
+            checker=NAMED_CHECKERS[args.check]() if args.check else None,
         )
         bank = None
         if args.bank_in:

@@ -31,14 +31,14 @@ from rse_fast.methods.voting import (
 from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import solve_messages
 from rse_fast.rse.bank import ExperienceBank
-from rse_fast.rse.checking import ArithmeticChecker, CodeExamplesChecker, ExperienceChecker
+from rse_fast.rse.checking import NAMED_CHECKERS, CodeExamplesChecker, ExperienceChecker
 from rse_fast.rse.checkpoint import Checkpoint
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
 from rse_fast.rse.results import Progress
 
 #: the checkers named by a string: code run on the stated examples, equations re-computed
-CHECKERS = ("visible", "arithmetic")
+CHECKERS = ("visible", *NAMED_CHECKERS)
 
 #: Ablation variants: name → RSEConfig fields it sets.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -175,7 +175,13 @@ class RSEMethod(Method):
             and not callable(getattr(checker, "check", None))
         ):
             raise TypeError(f"checker {checker!r} has no check(text, kind) method")
-        self.checker = ArithmeticChecker() if checker == "arithmetic" else checker
+        self.checker: ExperienceChecker | Literal["visible"] | None = (
+            "visible"
+            if checker == "visible"
+            else NAMED_CHECKERS[checker]()
+            if isinstance(checker, str)
+            else checker
+        )
         if variant is not None and variant not in VARIANTS:
             raise ValueError(f"unknown RSE variant {variant!r}; choose from {', '.join(VARIANTS)}")
         asks: dict[str, Any] = {}

@@ -189,6 +189,11 @@ class ArithmeticChecker:
         return Check("unknown")
 
 
+#: the checkers a name alone builds: they need nothing from the problem (``"visible"``, code run
+#: on a problem's stated examples, is built per problem by the method that runs it)
+NAMED_CHECKERS: dict[str, Callable[[], ExperienceChecker]] = {"arithmetic": ArithmeticChecker}
+
+
 class Claim(NamedTuple):
     """``expression = stated``, as a statement wrote it, with both values re-computed."""
 
