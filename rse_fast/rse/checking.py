@@ -14,7 +14,6 @@ Unicode writes them), exactly, in fractions.
 from __future__ import annotations
 
 import ast
-import itertools
 import math
 import operator
 import re
@@ -167,7 +166,8 @@ def _shown(x: Fraction) -> str:
 
 class ArithmeticChecker:
     """Re-computes the equations between numbers a statement states (either side may be an
-    expression; a chain ``a = b = c`` is read pair by pair). All right: verified; any wrong:
+    expression; a chain ``a = b = c`` is read link by link, two plain numbers held to the
+    nearest expression). All right: verified; any wrong:
     refuted, with the right value as evidence; none: unknown. A side that runs on into a
     term it leaves out (``x + 3 = 5``, ``2^3 = 8``) is no claim about numbers and is skipped."""
 
@@ -217,8 +217,10 @@ class Claim(NamedTuple):
 
 
 def equations(text: str) -> list[Claim]:
-    """Each claim ``text`` makes that an arithmetic expression equals a value. Where both
-    sides compute, the side with more operators is the one re-computed."""
+    """Each claim ``text`` makes that an arithmetic expression equals a value, one for each
+    "=". Where both sides compute, the side with more operators is the one re-computed; two
+    plain numbers in a chain are each held to its nearest expression (``3 + 4 = 7 = 8``
+    claims 3 + 4 = 8 too: every link of a chain is equal)."""
     for spelled, op in _SPELLINGS:
         text = text.replace(spelled, op)
     found = []
@@ -227,11 +229,17 @@ def equations(text: str) -> list[Claim]:
         valued = [(x, v) for x in sides if (v := evaluate(x)) is not None]
         if len(sides) < 2 or len(valued) < len(sides):
             continue
-        for a, b in itertools.pairwise(valued):
-            if _operators(b[0]) > _operators(a[0]):
+        computed = [i for i, (x, _) in enumerate(valued) if _operators(x)]
+        if not computed:
+            continue  # "5 = 5": no arithmetic
+        for i in range(len(valued) - 1):
+            a, b = valued[i], valued[i + 1]
+            if not (_operators(a[0]) or _operators(b[0])):
+                e = min(computed, key=lambda c: (abs(c - i - 0.5), c))
+                a, b = valued[e], (b if e < i else a)
+            elif _operators(b[0]) > _operators(a[0]):
                 a, b = b, a
-            if _operators(a[0]):
-                found.append(Claim(a[0], a[1], b[0], b[1]))
+            found.append(Claim(a[0], a[1], b[0], b[1]))
     return found
 
 

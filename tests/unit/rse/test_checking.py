@@ -50,6 +50,13 @@ RIGHT = "The units give 7 + 5 = 12."
         ("-8 + 0 + 0 - 4 = -8 + 4", "refuted", "-8 + 0 + 0 - 4 = -12, not -8 + 4 = -4"),
         ("Subtract: 1 - (-6) = 1 + 6 = 7", "verified", "1 - (-6) = 7; 1 + 6 = 7"),
         ("-48 = -50 - 48 = -120", "refuted", "-50 - 48 = -98, not -120"),
+        # every link of a chain is equal: a plain number is held to its nearest expression
+        ("3 + 4 = 7 = 8", "refuted", "3 + 4 = 7, not 8"),
+        ("7 = 8 = 3 + 5", "refuted", "3 + 5 = 8, not 7"),
+        ("4 + 4 = 8 = 2 * 5", "refuted", "2 * 5 = 10, not 8"),
+        ("4 + 4 = 8 = 2 * 4", "verified", "4 + 4 = 8; 2 * 4 = 8"),
+        ("1 + 1 = 2 = 2 = 3", "refuted", "1 + 1 = 2, not 3"),
+        ("5 = 5", "unknown", ""),
         # as LaTeX, Unicode and Python write it
         (r"So \(6 \times 7 = 42\) and \(84 \div 2 = 40\)", "refuted", "84 / 2 = 42, not 40"),
         ("9 − 4 = 5, and 3 · 3 = 9", "verified", "9 - 4 = 5; 3 * 3 = 9"),
