@@ -300,6 +300,9 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         out["guided_by_method"] = guided
         out["checks"] = verdicts([recs[checked][p.id] for p in chosen])
         out["refuted_share"] = out["checks"]["refuted_share"]
+        if by_kind := verdicts_by_kind([recs[checked][p.id] for p in chosen]):
+            # records from 2026-12-06 on: how often the propositions alone were wrong
+            out["checks_by_kind"] = by_kind
     out["per_problem"] = {m: dict(zip([p.id for p in chosen], s, strict=True))
                           for m, s in score.items()}  # fmt: skip
     return out
@@ -331,6 +334,13 @@ PAIRS = {
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """What the checker said of the distilled statements, summed over a cell's problems."""
     return sum_verdicts(r.get("checks") for r in rows) or {"refuted_share": None}
+
+
+def verdicts_by_kind(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same by the kind of statement (``positive``: propositions, ``negative``:
+    pitfalls), where the records carry it."""
+    kinds = sorted({k for r in rows for k in r.get("checks_by_kind") or {}})
+    return {k: sum_verdicts((r.get("checks_by_kind") or {}).get(k) for r in rows) for k in kinds}
 
 
 def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:

@@ -85,6 +85,7 @@ async def run(args: argparse.Namespace) -> None:
                 "accepted_per_round": [d["accepted"] for d in res.meta.get("rounds_detail", [])],
                 # the checker's verdicts on what was distilled, the filter's and the retries'
                 "checks": res.meta.get("checks"),
+                "checks_by_kind": res.meta.get("checks_by_kind"),
                 "execution_filter": res.meta.get("execution_filter"),
                 "retries": res.meta.get("retries"),
                 "pool_origins": [c.origin for c in res.pool],

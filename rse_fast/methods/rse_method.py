@@ -7,6 +7,7 @@ Variants for ablations are named ``rse:<variant>`` (see :data:`VARIANTS`): each 
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -96,6 +97,7 @@ class LoopState:
     finished: bool = False  # the loop ended: a resume only votes
     passed: dict[str, bool] = field(default_factory=dict)  # rollout text → passed examples
     checks: dict[str, int] = field(default_factory=dict)  # the checker's verdicts so far
+    checks_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)  # and by kind
     # the first round whose distillation the budget could not buy: {round, needed, left}
     unaffordable: dict[str, float] | None = None
 
@@ -294,6 +296,7 @@ class RSEMethod(Method):
         def save() -> None:
             if checkpoint is not None and rounds:
                 st.checks = dict(engine.distiller.check_counts)
+                st.checks_by_kind = copy.deepcopy(engine.distiller.check_counts_by_kind)
                 checkpoint.save(problem.prompt, cfg.to_dict(), rounds, bank, c.ledger, asdict(st))
 
         for r in range(len(rounds) + 1, 0 if st.finished else self.max_rounds + 1):
@@ -399,6 +402,7 @@ class RSEMethod(Method):
             }
         if self.checker is not None:
             meta["checks"] = dict(engine.distiller.check_counts)
+            meta["checks_by_kind"] = copy.deepcopy(engine.distiller.check_counts_by_kind)
         meta["bank_prompt_tokens"] = st.bank_prompt_tokens
         meta["guided_rounds"] = st.guided_rounds
         meta["pool_rounds"] = [
@@ -487,6 +491,7 @@ class RSEMethod(Method):
             client.cap.book_earlier(saved.records)
         await engine.recall(saved.rounds)
         engine.distiller.check_counts.update(state.checks)
+        engine.distiller.check_counts_by_kind.update(copy.deepcopy(state.checks_by_kind))
         return saved.rounds, saved.bank, state
 
     def _measure(

@@ -89,6 +89,9 @@ class Distiller:
         self.checker = checker
         #: the checker's verdicts on what was filed, counted over the engine's rounds
         self.check_counts: dict[str, int] = {}
+        #: the same verdicts by the kind of statement (``positive``: propositions;
+        #: ``negative``: pitfalls), so a run can say how often its propositions were wrong
+        self.check_counts_by_kind: dict[str, dict[str, int]] = {}
 
     def _continues(self) -> bool:
         """Whether a distillation continues its rollout's conversation: as configured, or
@@ -178,13 +181,18 @@ class Distiller:
 
     def grounded(self, seen: Observation, rec: RolloutRecord, r: int) -> list[Experience]:
         """An observation's items as experience, filed after the distiller's statements."""
-        for _, _, check in seen.items:
-            self.check_counts[check.verdict] = self.check_counts.get(check.verdict, 0) + 1
+        for kind, _, check in seen.items:
+            self._count(kind, check.verdict)
         return [
             Experience(text=text, kind=kind, round=r, rollout=rec.index, position=100 + p,
                        verdict=check.verdict, evidence=check.evidence)
             for p, (kind, text, check) in enumerate(seen.items)
         ]  # fmt: skip
+
+    def _count(self, kind: str, verdict: str) -> None:
+        self.check_counts[verdict] = self.check_counts.get(verdict, 0) + 1
+        of_kind = self.check_counts_by_kind.setdefault(kind, {})
+        of_kind[verdict] = of_kind.get(verdict, 0) + 1
 
     def _book_check(self, seconds: float, r: int) -> None:
         self.client.ledger.record(
@@ -203,7 +211,7 @@ class Distiller:
         for e, check in zip(found, checks, strict=True):
             if check.verdict == "unknown" and rollout is not None and e.kind == "positive":
                 check = rollout
-            self.check_counts[check.verdict] = self.check_counts.get(check.verdict, 0) + 1
+            self._count(e.kind, check.verdict)
             if check.verdict != "refuted":
                 kept.append(replace(e, verdict=check.verdict, evidence=check.evidence))
             elif e.kind == "positive" and self.config.refuted_as_pitfall:

@@ -79,6 +79,18 @@ def test_verdicts_are_summed_over_problems_with_the_refuted_share() -> None:
     assert rse_grounded.verdicts([{}])["refuted_share"] is None
 
 
+def test_verdicts_by_kind_say_how_often_the_propositions_alone_were_wrong() -> None:
+    rows = [
+        {"checks_by_kind": {"positive": {"refuted": 1, "verified": 1}, "negative": {"unknown": 2}}},
+        {"checks_by_kind": {"positive": {"refuted": 1, "unknown": 1}}},
+        {"checks": {"unknown": 3}},  # a record from before the split
+    ]
+    got = rse_grounded.verdicts_by_kind(rows)
+    assert got["positive"] == {"refuted": 2, "verified": 1, "unknown": 1, "refuted_share": 0.5}
+    assert got["negative"] == {"unknown": 2, "refuted_share": 0.0}
+    assert rse_grounded.verdicts_by_kind([{"checks": {"unknown": 1}}]) == {}
+
+
 def test_the_readme_table_marks_a_running_cell_and_names_what_rse_is_compared_with() -> None:
     method = {"pass_rate": 0.5, "ci95": [0.25, 0.75], "cost_tokens": 7000.0, "wall_s": 120.0}
     cell = {

@@ -238,6 +238,10 @@ async def test_a_proposition_from_a_rollout_that_passed_the_stated_examples_is_v
     # round 1: two passing rollouts' propositions verified by their run; the two failing
     # ones' unknown, and their failures filed as verified pitfalls; round 2 is not distilled
     assert res.meta["checks"] == {"verified": 4, "unknown": 2}
+    assert res.meta["checks_by_kind"] == {
+        "positive": {"verified": 2, "unknown": 2},
+        "negative": {"verified": 2},
+    }
     assert res.meta["distilled_rounds"] == 1
 
 
@@ -254,6 +258,8 @@ async def test_a_resumed_checked_run_counts_the_verdicts_of_its_earlier_rounds(t
             again = await make_method("rse", resume=True, **options).run(p, 20_000, c)
     assert len(srv.requests) == calls
     assert again.meta["checks"] == whole.meta["checks"] == {"verified": 4, "unknown": 2}
+    assert again.meta["checks_by_kind"] == whole.meta["checks_by_kind"]
+    assert sum(again.meta["checks_by_kind"]["positive"].values()) == 4
 
 
 async def test_a_passing_rollouts_code_can_be_filed_as_a_verified_proposition():
