@@ -38,7 +38,7 @@ from bench.common import load_cells, measured_on, write_result
 from bench.rse_ablation import Cell, CellRecords, guided_vs_sc_samples, run_cell
 from rse_fast.eval.datasets import Dataset, load_dataset
 from rse_fast.eval.metrics import bootstrap_mean_ci, paired_difference
-from rse_fast.eval.summary import sum_verdicts
+from rse_fast.eval.summary import sum_verdicts, sum_verdicts_by_kind
 from rse_fast.methods.types import Candidate
 from rse_fast.methods.voting import behaviour_vote, passing_visible, vote_final
 
@@ -336,11 +336,9 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return sum_verdicts(r.get("checks") for r in rows) or {"refuted_share": None}
 
 
-def verdicts_by_kind(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The same by the kind of statement (``positive``: propositions, ``negative``:
-    pitfalls), where the records carry it."""
-    kinds = sorted({k for r in rows for k in r.get("checks_by_kind") or {}})
-    return {k: sum_verdicts((r.get("checks_by_kind") or {}).get(k) for r in rows) for k in kinds}
+def verdicts_by_kind(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The same by the kind of statement, where the records carry it."""
+    return sum_verdicts_by_kind(r.get("checks_by_kind") for r in rows)
 
 
 def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:

@@ -164,6 +164,9 @@ def aggregate(records: list[dict[str, Any]], noisy: bool = False) -> list[dict[s
                 "grade_garbage": sum(int(r.get("grade_garbage", 0)) for r in recs),
                 "accuracy_per_round": per_round,
                 "checks": sum_verdicts((r.get("meta") or {}).get("checks") for r in recs),
+                "checks_by_kind": sum_verdicts_by_kind(
+                    (r.get("meta") or {}).get("checks_by_kind") for r in recs
+                ),
             }
         )
     return rows
@@ -183,6 +186,16 @@ def sum_verdicts(checks: Iterable[dict[str, int] | None]) -> dict[str, Any] | No
             counts[verdict] = counts.get(verdict, 0) + int(n)
     total = sum(counts.values())
     return {**counts, "refuted_share": counts.get("refuted", 0) / total} if total else None
+
+
+def sum_verdicts_by_kind(
+    by_kind: Iterable[dict[str, dict[str, int]] | None],
+) -> dict[str, Any] | None:
+    """The same by the kind of statement (``positive``: propositions, ``negative``:
+    pitfalls), where runs counted it; None where none did."""
+    runs = [one or {} for one in by_kind]
+    kinds = sorted({k for one in runs for k in one})
+    return {k: sum_verdicts(one.get(k) for one in runs) for k in kinds} or None
 
 
 def cached_share(recs: list[dict[str, Any]]) -> float | None:

@@ -153,13 +153,19 @@ def test_a_checkers_verdicts_are_summed_per_method_and_named_in_the_table():
     """rse+arith's records carry the checker's verdicts: the row sums them over problems with
     the refuted share, the table says so; a method without a checker reports none."""
     checked = [_rec(p, "rse+arith", 100, 1.0, [1.0]) for p in "ab"]
-    checked[0]["meta"] = {"checks": {"refuted": 1, "verified": 2}}
-    checked[1]["meta"] = {"checks": {"unknown": 1}}
+    checked[0]["meta"] = {
+        "checks": {"refuted": 1, "verified": 2},
+        "checks_by_kind": {"positive": {"refuted": 1, "verified": 1}, "negative": {"verified": 1}},
+    }
+    checked[1]["meta"] = {"checks": {"unknown": 1},
+                          "checks_by_kind": {"positive": {"unknown": 1}}}  # fmt: skip
     recs = [*checked, _rec("a", "rse", 100, 1.0, [1.0]), _rec("b", "rse", 100, 1.0, [1.0])]
     rows = {r["method"]: r for r in aggregate(recs)}
     assert rows["rse+arith"]["checks"] == {"refuted": 1, "verified": 2, "unknown": 1,
                                            "refuted_share": 0.25}  # fmt: skip
-    assert rows["rse"]["checks"] is None
+    assert rows["rse+arith"]["checks_by_kind"]["positive"]["refuted_share"] == 1 / 3
+    assert rows["rse+arith"]["checks_by_kind"]["negative"] == {"verified": 1, "refuted_share": 0.0}
+    assert rows["rse"]["checks"] is None and rows["rse"]["checks_by_kind"] is None
     table = markdown_table({"rows": list(rows.values()), "paired": []})
     assert "rse+arith@100 25% refuted (1 refuted, 1 unknown, 2 verified)" in table
     assert "rse@100 " not in table.split("The checker's verdicts")[-1]
