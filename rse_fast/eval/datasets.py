@@ -20,6 +20,7 @@ import json
 import math
 import random
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -340,10 +341,11 @@ _CODE = re.compile(r"```(?:python)?\s*\n(.*?)```", re.DOTALL)
 
 
 def humaneval_code(problem: Problem, text: str) -> str:
-    """The response's code: its last code block, the stub prepended if the function is
-    missing."""
+    """The response's code: its last code block, dedented (a block inside a list item is
+    indented with it, and its code is no worse for that), the stub prepended if the
+    function is missing."""
     blocks = _CODE.findall(text)
-    code = blocks[-1] if blocks else text
+    code = textwrap.dedent(blocks[-1]) if blocks else text
     if f"def {problem.meta['entry_point']}" not in code:
         code = problem.meta["stub"] + code
     return code

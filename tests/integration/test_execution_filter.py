@@ -107,6 +107,22 @@ def test_humaneval_problems_check_their_own_examples_not_their_tests():
     assert bare.visible_check(right) is None
 
 
+def test_a_code_block_indented_inside_a_list_item_is_run_and_graded_as_code():
+    """A reply may put its code block inside a numbered step, indented with it: the code is
+    the same, so it passes (or fails) the stated examples and the hidden tests as it would
+    unindented, and the pitfall a wrong one files names its example, not an indent."""
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+
+    def in_a_step(reply: str) -> str:
+        return "1. **Write it**:\n" + "".join(f"   {line}\n" for line in reply.splitlines())
+
+    assert p.visible_check(in_a_step(RIGHT)).passed and ds.grade(p, in_a_step(RIGHT)) == 1.0
+    wrong = p.visible_check(in_a_step(WRONG))
+    assert not wrong.passed and "returned True, expected False" in wrong.detail
+    assert ds.grade(p, in_a_step(WRONG)) == 0.0
+
+
 def loud_wrong_quiet_right(body: dict, index: int) -> str:
     """Samples alternate between wrong code the judge loves and right code it scores low."""
     user = body["messages"][-1]["content"]
