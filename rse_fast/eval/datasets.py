@@ -341,12 +341,18 @@ _CODE = re.compile(r"```(?:python)?\s*\n(.*?)```", re.DOTALL)
 
 
 def humaneval_code(problem: Problem, text: str) -> str:
-    """The response's code: its last code block, dedented (a block inside a list item is
-    indented with it, and its code is no worse for that), the stub prepended if the
-    function is missing."""
+    """The response's code: its last code block that defines the function (a later block
+    is often its usage or printed output), else its last block; dedented (a block inside a
+    list item is indented with it, and its code is no worse for that), the stub prepended
+    if the function is missing."""
+    defines = re.compile(rf"^\s*def\s+{re.escape(problem.meta['entry_point'])}\s*\(", re.M)
     blocks = _CODE.findall(text)
-    code = textwrap.dedent(blocks[-1]) if blocks else text
-    if f"def {problem.meta['entry_point']}" not in code:
+    code = (
+        textwrap.dedent(next((b for b in reversed(blocks) if defines.search(b)), blocks[-1]))
+        if blocks
+        else text
+    )
+    if not defines.search(code):
         code = problem.meta["stub"] + code
     return code
 

@@ -123,6 +123,21 @@ def test_a_code_block_indented_inside_a_list_item_is_run_and_graded_as_code():
     assert ds.grade(p, in_a_step(WRONG)) == 0.0
 
 
+def test_the_code_run_is_the_block_that_defines_the_function_not_a_later_usage_block():
+    """A reply often ends with a block of usage or printed output after its function: the
+    code run is the last block that defines the function (a helper named like it does not)."""
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    usage = "\n\nUsage:\n```python\nprint(has_close_elements([1.0, 2.0], 0.5))\n```\n"
+    output = "Output:\n```\nFalse\n```"
+    assert p.visible_check(RIGHT + usage + output).passed
+    assert ds.grade(p, RIGHT + usage + output) == 1.0
+    assert ds.grade(p, WRONG + usage) == 0.0
+    assert ds.grade(p, RIGHT + "\n" + WRONG) == 0.0  # the last definition is the answer
+    helper = "```python\ndef has_close_elements_fast(xs, t):\n    return True\n```"
+    assert ds.grade(p, RIGHT + "\nA variant:\n" + helper) == 1.0
+
+
 def loud_wrong_quiet_right(body: dict, index: int) -> str:
     """Samples alternate between wrong code the judge loves and right code it scores low."""
     user = body["messages"][-1]["content"]
