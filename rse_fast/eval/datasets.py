@@ -337,21 +337,41 @@ def load_dataset(spec: str, limit: int | None = None, seed: int = 0) -> Dataset:
     )
 
 
-_CODE = re.compile(r"```(?:python)?\s*\n(.*?)```", re.DOTALL)
+#: the tags a fenced block of Python code carries (``pycon``, a console session, is not code)
+PYTHON_TAGS = ("", "python", "py", "python3", "py3")
+
+
+def code_blocks(text: str) -> list[str]:
+    """The Python code blocks of a reply, in order, each dedented: fenced by lines that open
+    with three backticks (indented too: a block inside a list item), tagged as
+    ``PYTHON_TAGS`` or untagged; a block tagged otherwise (``output``, ``text``) is not
+    code, and a block never closed (the reply was cut off) is not a block."""
+    blocks: list[str] = []
+    tag: str | None = None  # the open block's tag; None outside a block
+    lines: list[str] = []
+    for line in text.splitlines():
+        fence = line.strip()
+        if not fence.startswith("```"):
+            if tag is not None:
+                lines.append(line)
+            continue
+        if tag is not None:
+            if tag in PYTHON_TAGS:
+                blocks.append(textwrap.dedent("\n".join(lines) + "\n"))
+            tag = None
+            if fence == "```":
+                continue  # a closing fence; one with a tag closes and opens
+        tag, lines = fence[3:].strip().lower().split(" ")[0], []
+    return blocks
 
 
 def humaneval_code(problem: Problem, text: str) -> str:
     """The response's code: its last code block that defines the function (a later block
-    is often its usage or printed output), else its last block; dedented (a block inside a
-    list item is indented with it, and its code is no worse for that), the stub prepended
-    if the function is missing."""
+    is often its usage or printed output), else its last block (:func:`code_blocks`), the
+    stub prepended if the function is missing; a reply with no block is taken as code."""
     defines = re.compile(rf"^\s*def\s+{re.escape(problem.meta['entry_point'])}\s*\(", re.M)
-    blocks = _CODE.findall(text)
-    code = (
-        textwrap.dedent(next((b for b in reversed(blocks) if defines.search(b)), blocks[-1]))
-        if blocks
-        else text
-    )
+    blocks = code_blocks(text)
+    code = next((b for b in reversed(blocks) if defines.search(b)), blocks[-1]) if blocks else text
     if not defines.search(code):
         code = problem.meta["stub"] + code
     return code
@@ -373,11 +393,11 @@ def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> Visib
     result = _run_code(problem, code, tests, timeout_s, call_timeout_s=VISIBLE_CALL_S)
     examples = int(problem.meta.get("visible_examples") or 0)
     reason, detail = result.reason, result.detail
-    if reason == "load-error" and not _CODE.search(text):
+    if reason == "load-error" and not code_blocks(text):
         reason = "no-code"
         detail = (
             "its code block was never closed (the reply was cut off)"
-            if "```" in text
+            if sum(line.strip().startswith("```") for line in text.splitlines()) % 2
             else f"the reply has no code block and its text is not Python ({detail})"
         )
     return VisibleResult(

@@ -137,6 +137,28 @@ def test_the_code_run_is_the_block_that_defines_the_function_not_a_later_usage_b
     helper = "```python\ndef has_close_elements_fast(xs, t):\n    return True\n```"
     assert ds.grade(p, RIGHT + "\nA variant:\n" + helper) == 1.0
 
+    # an output block between two code blocks is no code, and does not pair its fences
+    # with theirs; ```py is Python too
+    between = "```python\nx = 1\n```\n```output\n1\n```\n" + RIGHT.replace("```python", "```py")
+    assert ds.grade(p, between) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("reply", "blocks"),
+    [
+        ("```python\nA\n```\n```output\nB\n```\n```\nC\n```", ["A\n", "C\n"]),
+        ("1. Step\n   ```py\n   def f():\n       return 1\n   ```", ["def f():\n    return 1\n"]),
+        ("```python\ndef f(): pass\n", []),  # never closed: cut off
+        ("```\nx = 1\n```python\ny = 2\n```", ["x = 1\n", "y = 2\n"]),
+        ("```pycon\n>>> f(1)\n```", []),
+        ("no fence at all", []),
+    ],
+)
+def test_code_blocks_are_read_by_their_fences(reply, blocks):
+    from rse_fast.eval.datasets import code_blocks
+
+    assert code_blocks(reply) == blocks
+
 
 def loud_wrong_quiet_right(body: dict, index: int) -> str:
     """Samples alternate between wrong code the judge loves and right code it scores low."""
