@@ -47,6 +47,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no-settle": {"settle_margin": None},
     "rules": {"guidance": "rules"},  # the default since dev-three-ablate-0.5b
     "short": {"guidance": "short"},
+    # with checker="visible": the bank is framed as what running the code showed
+    "checked": {"guidance": "checked"},
     "structured": {"distill_format": "structured"},
     "votes": {"distill_sees_votes": True},
     "batch": {"distill_mode": "batch"},

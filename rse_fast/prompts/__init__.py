@@ -41,6 +41,7 @@ from rse_fast.prompts.judge import (
 )
 from rse_fast.prompts.refine import critique_messages, fusion_messages, revise_messages
 from rse_fast.prompts.rse import (
+    CHECKED_RULES,
     DISTILL_SYSTEM,
     FRAMING,
     GUIDED_RULES,
@@ -58,6 +59,7 @@ from rse_fast.prompts.rse import (
 from rse_fast.prompts.search import finish_messages, next_step_messages
 
 __all__ = [
+    "CHECKED_RULES",
     "DISTILL_SYSTEM",
     "END_MARK",
     "FIELD_CHARS",

@@ -21,7 +21,7 @@ from typing import Literal
 from rse_fast.llm.types import Message
 from rse_fast.prompts.distill_format import DistillFormat
 
-Guidance = Literal["short", "rules"]
+Guidance = Literal["short", "rules", "checked"]
 #: The framing RSE and a bank render with unless told otherwise (chosen on the dev set).
 DEFAULT_GUIDANCE: Guidance = "rules"
 
@@ -49,6 +49,19 @@ GUIDED_RULES = (
     "4. If the experience contradicts itself or your own derivation, go back to the problem "
     "statement, question the assumptions you started from, and rebuild from there."
 )
+#: The framing of a bank whose items were observed by running code (``guidance="checked"``,
+#: opt-in: a grounded bank is told apart from a distiller's opinions, which ``rules`` calls
+#: unchecked and partly wrong; not yet measured on a dev cell).
+CHECKED_RULES = (
+    "Below is what running the code of earlier attempts at {origin} on the examples the "
+    "problem states showed. Each item was observed, not guessed: it is a fact about that "
+    "attempt, not advice about the right solution.\n"
+    "1. A pitfall names a stated example an earlier attempt got wrong: what it gave back or "
+    "raised, and where. Make sure your code gets that example right.\n"
+    "2. A proposition describes an attempt that passed the stated examples; inputs the "
+    "problem does not state may still tell it apart from a right one.\n"
+    "3. Write your own complete solution; do not patch one line of an attempt."
+)
 ORIGIN_SAME = "this same problem"
 ORIGIN_RELATED = "related problems (not this one: check that each item applies at all)"
 PITFALLS_HEADER = "Pitfalls to avoid:"
@@ -62,7 +75,8 @@ def render_experiences(
     guidance: Guidance = DEFAULT_GUIDANCE,
 ) -> str:
     """The bank as prompt text; "" when both lists are empty. ``short``: one framing line,
-    then one tagged line per item, pitfalls first. ``rules``: the long rules and headers."""
+    then one tagged line per item, pitfalls first. ``rules``: the long rules and headers;
+    ``checked``: the same headers under rules for items observed by running code."""
     if not negatives and not positives:
         return ""
     if guidance == "short":
@@ -70,7 +84,8 @@ def render_experiences(
         lines += [f"- {AVOID}: {t}" for t in negatives]
         lines += [f"- {KNOWN}: {t}" for t in positives]
         return "\n".join(lines)
-    parts = [GUIDED_RULES.format(origin=ORIGIN_SAME if same_problem else ORIGIN_RELATED)]
+    rules = CHECKED_RULES if guidance == "checked" else GUIDED_RULES
+    parts = [rules.format(origin=ORIGIN_SAME if same_problem else ORIGIN_RELATED)]
     if negatives:
         parts.append(PITFALLS_HEADER + "\n" + "\n".join(f"- {t}" for t in negatives))
     if positives:

@@ -95,8 +95,9 @@ class RSEConfig:
             ``min_support_from_k`` rollouts, only experiences found by at least
             ``min_support_shown`` rollouts reach the prompt; single sightings wait in the bank.
         guidance: the bank block's framing: ``rules`` (four rules on how to use it, with
-            headers: the dev set's choice) or ``short`` (one line, then the items: an
-            ablation).
+            headers: the dev set's choice), ``short`` (one line, then the items: an
+            ablation) or ``checked`` (rules for items observed by running code, with
+            ``checker="visible"``; opt-in, not yet measured).
         settle_margin: stop guiding once round 1's vote is settled: the winner's share minus
             the runner-up's is at least this (1.0: unanimous); None never stops. What follows
             is ``settle_spend``: ``sample`` (the remaining rounds are plain sampling, no bank,
@@ -202,7 +203,7 @@ class RSEConfig:
             "select_from": ("all", "guided", "last"),
             "distill_format": ("compact", "structured"),
             "distill_ask": ("full", "brief"),
-            "guidance": ("short", "rules"),
+            "guidance": ("short", "rules", "checked"),
             "settle_spend": ("sample", "stop"),
             "distill_mode": ("each", "batch"),
         }

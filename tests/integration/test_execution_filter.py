@@ -272,6 +272,26 @@ async def test_grounded_rse_files_failures_without_a_single_distillation():
     assert ds.grade(p, res.final.text) == 1.0
 
 
+async def test_a_grounded_bank_can_be_framed_as_observed_not_as_unchecked_opinion():
+    """rse:checked: the bank of what running the code showed is framed as observations (the
+    default rules call every item unchecked and partly wrong, which a grounded one is not)."""
+    from rse_fast.prompts import CHECKED_RULES, GUIDED_RULES, ORIGIN_SAME, PITFALLS_HEADER
+
+    ds = load_dataset("humaneval", limit=None)
+    p = next(x for x in ds.problems if x.id == "HumanEval/0")
+    options = rse_options()
+    options["config"] = {**options["config"], "distill_with_model": False}
+    async with ScriptedServer(default_reply=wrong_then_told) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            await make_method("rse:checked", checker="visible", **options).run(p, 3000, c)
+    guided = [b["messages"] for b in srv.requests if PITFALLS_HEADER in json.dumps(b)]
+    assert guided
+    shown = json.dumps(guided)
+    assert json.dumps(CHECKED_RULES.format(origin=ORIGIN_SAME))[1:-1] in shown
+    assert "Nobody has checked" not in shown and GUIDED_RULES[:40] not in shown
+    assert "returned True, expected False" in shown
+
+
 def right_on_even_seeds(body: dict, index: int) -> str:
     from rse_fast.prompts import is_distillation
 
