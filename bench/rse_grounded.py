@@ -56,6 +56,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "rse": ("rse", CAP),
     "rse+check": ("rse", {**CAP, "checker": "visible"}),
     "rse+check:passing": ("rse:passing", {**CAP, "checker": "visible"}),
+    "rse+check:checked": ("rse:checked", {**CAP, "checker": "visible"}),
     "rse+arith": ("rse", {**CAP, "checker": "arithmetic"}),
 }
 
@@ -65,6 +66,7 @@ CELL_PART = {
     "dev-he-0.5b": "dev",
     "dev-he-1.5b": "dev",
     "dev-he-passing-0.5b": "dev",
+    "dev-he-checked-0.5b": "dev",
     "test-he-0.5b": "test-0.5b",
     "test-he-1.5b": "test-1.5b",
 }
@@ -183,7 +185,7 @@ def visible_passes(problem: Any, texts: list[str]) -> list[float]:
 
 #: the methods whose pools the summary runs on the stated examples (and, among the samples
 #: that pass, on the probes): the filters' and the behaviour vote's, and the guided comparison's
-CHECKED_POOLS = ("sc", "rse+check", "rse+check:passing")
+CHECKED_POOLS = ("sc", "rse+check", "rse+check:passing", "rse+check:checked")
 
 
 def warm_checks(problems: list[Any], recs: dict[str, dict[str, Any]], first: str) -> None:
@@ -292,7 +294,8 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             "measure": "stated examples passed" if cell.task == HE else "answer right",
             "against": base,
         }
-        for m in ("rse+check", "rse+check:passing", "rse+arith") if m in recs and base in recs
+        for m in ("rse+check", "rse+check:passing", "rse+check:checked", "rse+arith")
+        if m in recs and base in recs
     }  # fmt: skip
     checked = next(iter(guided), None)
     if checked is not None:
@@ -323,6 +326,7 @@ PAIRS = {
     "rse_vs_sc": ("rse", "sc"),
     "rse_recomputed_vs_rse": ("rse+arith", "rse"),
     "rse_passing_vs_rse_checked": ("rse+check:passing", "rse+check"),
+    "rse_checked_framing_vs_rse_checked": ("rse+check:checked", "rse+check"),
     # the behaviour vote against the earliest passer of the same pool (the pick without it;
     # sc's is the stop's, whose pick is that of the whole pool)
     "sc_clustered_vs_earliest": ("sc+filter+cluster-replayed", STOPPED),

@@ -96,7 +96,8 @@ def make_method(name: str, **options: Any) -> Method:
             ``grounded`` (no model
             distillation: with ``checker="visible"``, the bank holds what running the code
             showed), ``passing`` (with ``checker="visible"``: a passing rollout's code is
-            filed as a verified proposition), ``conf-distill`` (only the more confident half
+            filed as a verified proposition), ``checked`` (with ``checker="visible"``: the bank
+            framed as what running the code showed, not as unchecked notes), ``conf-distill`` (only the more confident half
             of a round is distilled, by the model's own token probabilities), ``conf-split``
             (propositions only from confident rollouts that side with the round's
             confidence-weighted vote, pitfalls from the rest), ``conf-agree`` (a proposition
