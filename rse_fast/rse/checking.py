@@ -167,9 +167,9 @@ def _shown(x: Fraction) -> str:
 class ArithmeticChecker:
     """Re-computes the equations between numbers a statement states (either side may be an
     expression; a chain ``a = b = c`` is read link by link, two plain numbers held to the
-    nearest expression). All right: verified; any wrong:
-    refuted, with the right value as evidence; none: unknown. A side that runs on into a
-    term it leaves out (``x + 3 = 5``, ``2^3 = 8``) is no claim about numbers and is skipped."""
+    nearest expression). All right: verified; any wrong: refuted, with the right value as
+    evidence; none: unknown. A side that runs on into a term it leaves out (``x + 3 = 5``,
+    ``2^3 = 8``) is no claim about numbers and is skipped."""
 
     def check(self, text: str, kind: str) -> Check:
         right: list[str] = []
