@@ -93,12 +93,12 @@ def make_method(name: str, **options: Any) -> Method:
             ``last`` (the answer from guided rounds, or the last round, only), ``pasted``
             (distillation as a fresh prompt pasting the rollout), ``brief`` (a distillation
             ask under half as long, the schema giving the reply its shape: more is cached),
-            ``grounded`` (no model
-            distillation: with ``checker="visible"``, the bank holds what running the code
-            showed), ``passing`` (with ``checker="visible"``: a passing rollout's code is
-            filed as a verified proposition), ``checked`` (with ``checker="visible"``: the bank
-            framed as what running the code showed, not as unchecked notes), ``conf-distill`` (only the more confident half
-            of a round is distilled, by the model's own token probabilities), ``conf-split``
+            ``grounded`` (no model distillation: with ``checker="visible"``, the bank holds
+            what running the code showed), ``passing`` (with ``checker="visible"``: a
+            passing rollout's code is filed as a verified proposition), ``checked`` (with
+            ``checker="visible"``: the bank framed as what running the code showed, not as
+            unchecked notes), ``conf-distill`` (only the more confident half of a round is
+            distilled, by the model's own token probabilities), ``conf-split``
             (propositions only from confident rollouts that side with the round's
             confidence-weighted vote, pitfalls from the rest), ``conf-agree`` (a proposition
             is shown only while its rollouts side with the running confidence-weighted vote).
