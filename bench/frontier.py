@@ -194,9 +194,12 @@ def cut_at(sample: dict[str, Any], t: int) -> dict[str, Any]:
             "decode_s": (sample["decode_s"] or 0.0) * share, "stopped": True}  # fmt: skip
 
 
-def online_draws(rule: Rule, order: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The samples the online rule pays for: the warm-up whole (it sets the threshold, as
-    ``OnlineGate`` sets it from the first wave), each later one cut where the gate stops it."""
+def paid_in_order(rule: Rule, order: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first ``rule.k`` samples as the rule pays for them: whole, or for the online rule
+    the warm-up whole (it sets the threshold, as ``OnlineGate`` sets it from the first wave)
+    and each later one cut where the gate stops it."""
+    if not rule.online:
+        return list(order[: rule.k])
     gate = OnlineGate(ConfidenceRule(keep=rule.keep, window=rule.window, online=True))
     drawn = list(order[: min(WARMUP, rule.k)])
     for s in drawn:
@@ -212,9 +215,10 @@ def online_draws(rule: Rule, order: list[dict[str, Any]]) -> list[dict[str, Any]
 
 def stopping_draws(rule: Rule, order: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The samples drawn in order until ``rule.k``, or until the stop settles the vote (a
-    weighted rule's stop counts votes by confidence, as ``sc`` with a confidence rule does)."""
+    weighted rule's stop counts votes by confidence, as ``sc`` with a confidence rule does;
+    a sample the online gate cut has no answer and casts no vote, as in ``sc``)."""
     drawn: list[dict[str, Any]] = []
-    for s in order[: rule.k]:
+    for s in paid_in_order(rule, order):
         drawn.append(s)
         if rule.stop_epsilon is not None and len(drawn) >= 2:
             pool = [Candidate(text=d["text"], answer=d["answer"], scores=confidence_score(d, rule))
@@ -235,7 +239,7 @@ def play(rule: Rule, order: list[dict[str, Any]]) -> tuple[float, list[dict[str,
     is the library's (``methods.voting.beta_settled``): the Beta criterion, or no vote left
     can change the winner. The online rule's final vote keeps the same share of the samples
     that ran to the end, as ``sc`` with an online confidence rule does."""
-    drawn = online_draws(rule, order) if rule.online else stopping_draws(rule, order)
+    drawn = stopping_draws(rule, order)
     scores = [confidence_of(s, rule.measure, rule.window) for s in drawn]
     keeps = keep_most_confident(scores, rule.keep)
     kept = [s for s, keep in zip(drawn, keeps, strict=True) if keep]
@@ -310,10 +314,22 @@ def choose_on_dev(pools: list[dict[str, Any]]) -> dict[str, Any]:
         if within
         else max(online, key=lambda kp: online[kp]["accuracy"])
     )
+    # DeepConf's online rule in full, the cut and the stop together: its share and epsilon
+    # chosen together, the cheapest pair within 1 point of SC (none within: the most accurate)
+    both = {(kp, e): replay(Rule("os", k, stop_epsilon=e, keep=kp, online=True), pools)
+            for kp in ONLINE_KEEPS for e in EPSILONS}  # fmt: skip
+    both_within = [key for key, r in both.items() if r["accuracy"] >= sc - 0.01]
+    online_stop = (
+        min(both_within, key=lambda key: both[key]["cost_tokens"])
+        if both_within
+        else max(both, key=lambda key: both[key]["accuracy"])
+    )
     return {
         "epsilon": max(stops) if stops else min(EPSILONS),
         "weighted_epsilon": max(weighted_stops) if weighted_stops else min(EPSILONS),
         "online_keep": online_keep,
+        "online_stop_keep": online_stop[0],
+        "online_stop_epsilon": online_stop[1],
         "keep": keep,
         "measure": measure,
         "weight_measure": weight_measure,
@@ -345,6 +361,13 @@ def rules_for(k: int, chosen: dict[str, Any]) -> dict[str, Rule]:
             stop_epsilon=chosen["epsilon"],
             keep=chosen["keep"],
             measure=chosen["measure"],
+        ),
+        "sc+stop+conf-online": Rule(
+            "sc+stop+conf-online",
+            k,
+            stop_epsilon=chosen["online_stop_epsilon"],
+            keep=chosen["online_stop_keep"],
+            online=True,
         ),
     }
 

@@ -36,7 +36,8 @@ def test_a_weighted_stop_counts_an_unsure_dissent_for_less():
     assert [len(frontier.play(r, order)[1]) for r in (plain, weighted)] == [7, 4]
     assert "sc+stop+conf-weight" in frontier.rules_for(
         16, {"epsilon": 0.1, "weighted_epsilon": 0.2, "keep": 0.5, "measure": "mean",
-             "weight_measure": "tail", "online_keep": 0.9}
+             "weight_measure": "tail", "online_keep": 0.9, "online_stop_keep": 0.75,
+             "online_stop_epsilon": 0.05}
     )  # fmt: skip
 
 
@@ -65,6 +66,33 @@ def test_the_online_rule_replays_by_cutting_samples_where_the_gate_stops_them():
     plain = frontier.play(frontier.Rule("sc", 6), [*sure, lost, sample("4", 1.0, 3.0)])[1]
     assert sum(frontier.cost(s, "tokens") for s in paid) < sum(
         frontier.cost(s, "tokens") for s in plain)  # fmt: skip
+
+
+def test_the_online_rule_with_the_stop_cuts_the_unsure_and_stops_once_settled():
+    """DeepConf's online rule in full: the cut and the stop together. A cut sample casts no
+    vote, so it does not move the stop; sure agreeing samples settle it before ``k``."""
+    sure = [sample("4", 1.0, 3.0) for _ in range(4)]
+    lost = {**sample("5", 0.0, 3.0, tokens=250), "confidence": [3.0] * 40 + [0.5] * 160}
+    order = [*sure[:2], lost, *sure[2:], *[sample("4", 1.0, 3.0)] * 11]
+    # the cut sample is the third: inside the warm-up it runs whole and votes "5"
+    whole = frontier.Rule("o", 16, keep=0.9, online=True, stop_epsilon=0.05)
+    grade, paid = frontier.play(whole, order)
+    assert grade == 1.0 and len(paid) == 7 and "stopped" not in paid[2]
+    late = [*sure, lost, *[sample("4", 1.0, 3.0)] * 11]  # the unsure one after the warm-up
+    grade, paid = frontier.play(whole, late)
+    assert grade == 1.0 and len(paid) == 4  # settled by the warm-up's four before it is drawn
+    unsettled = [sample("4", 1.0, 3.0), sample("5", 0.0, 3.0), *sure[:2], lost, lost,
+                 *[sample("4", 1.0, 3.0)] * 10]  # fmt: skip
+    grade, paid = frontier.play(whole, unsettled)
+    assert [bool(s.get("stopped")) for s in paid[4:6]] == [True, True]
+    assert len(paid) == 9  # the two cut samples count for nothing: 6 to 1 settles at ninth
+    never = frontier.play(frontier.Rule("o", 16, keep=0.9, online=True), unsettled)[1]
+    assert len(never) == 16
+    assert "sc+stop+conf-online" in frontier.rules_for(
+        16, {"epsilon": 0.1, "weighted_epsilon": 0.2, "keep": 0.5, "measure": "mean",
+             "weight_measure": "tail", "online_keep": 0.9, "online_stop_keep": 0.75,
+             "online_stop_epsilon": 0.05}
+    )  # fmt: skip
 
 
 def test_the_replayed_stop_is_the_gates_own_test_token_by_token():
