@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import tomllib
@@ -51,23 +53,57 @@ def cells_of(bench: str) -> dict[str, object]:
     return dict(found[bench])
 
 
-def progress(e: Entry) -> tuple[int, int]:
-    """(problems done by every method of the cell, problems planned)."""
+def records(e: Entry) -> list[set[str]]:
+    """The problems each method of the cell has a record of (a frontier cell: one pool)."""
     cell = cells_of(e.bench)[e.cell]
-    planned = int(cell.problems)
     folder = HERE / "results" / e.bench / e.cell
     if e.bench == "frontier":
         path = folder / "pools.jsonl"
-        return (len(read_jsonl(path)) if path.exists() else 0), planned
+        return [{r["id"] for r in read_jsonl(path)} if path.exists() else set()]
     from bench.rse_ablation import CellRecords
 
     by_method = CellRecords.read(folder, tuple(cell.methods)).by_method
-    return len(set.intersection(*(set(v) for v in by_method.values()))), planned
+    return [set(v) for v in by_method.values()]
+
+
+def progress(e: Entry) -> tuple[int, int]:
+    """(problems done by every method of the cell, problems planned)."""
+    planned = int(cells_of(e.bench)[e.cell].problems)
+    return len(set.intersection(*records(e))), planned
+
+
+def written(e: Entry) -> int:
+    """Records of the cell so far, every method's counted: what an attempt added."""
+    return sum(len(ids) for ids in records(e))
+
+
+def run_until_done(
+    e: Entry, attempt: Callable[[], int], retries: int, done: Callable[[], int]
+) -> None:
+    """Run the cell (each attempt resumes it) until an attempt succeeds. A failed attempt is
+    tried again up to ``retries`` times in a row while it adds no record (a transient
+    failure, such as one call timing out on a loaded machine, costs one attempt, not the
+    queue); an attempt that added records resets the count. Past that it stops, naming it."""
+    failures, before = 0, done()
+    while (code := attempt()) != 0:
+        after = done()
+        failures = 0 if after > before else failures + 1
+        before = after
+        if failures > retries:
+            raise SystemExit(
+                f"{e.bench} --cell {e.cell} failed (exit {code}) {failures} times in a row "
+                "without writing a record: the queue stops here"
+            )
+        print(f"--- {e.bench} --cell {e.cell} failed (exit {code}): resuming it", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--status", action="store_true", help="each cell's progress only")
+    parser.add_argument(
+        "--retries", type=int, default=1,
+        help="failed attempts in a row, writing no record, to resume before stopping",
+    )  # fmt: skip
     args = parser.parse_args()
     for e in entries():
         done, planned = progress(e)
@@ -75,8 +111,8 @@ def main() -> None:
         if args.status or done >= planned:
             continue
         run = [sys.executable, "-m", "bench", e.bench, "--cell", e.cell]
-        if subprocess.run(run).returncode != 0:
-            raise SystemExit(f"{e.bench} --cell {e.cell} failed: the queue stops here")
+        attempt = partial(lambda cmd: subprocess.run(cmd).returncode, run)
+        run_until_done(e, attempt, args.retries, partial(written, e))
 
 
 if __name__ == "__main__":
