@@ -346,6 +346,18 @@ def code_blocks(text: str) -> list[str]:
     with three backticks (indented too: a block inside a list item), tagged as
     ``PYTHON_TAGS`` or untagged; a block tagged otherwise (``output``, ``text``) is not
     code, and a block never closed (the reply was cut off) is not a block."""
+    return _read_fences(text)[0]
+
+
+def ends_inside_code_block(text: str) -> bool:
+    """Whether the reply stops inside a Python block it opened (it was cut off there), read
+    by the same fences as :func:`code_blocks`."""
+    tag = _read_fences(text)[1]
+    return tag is not None and tag in PYTHON_TAGS
+
+
+def _read_fences(text: str) -> tuple[list[str], str | None]:
+    """The closed Python blocks, and the tag of a block still open at the end (None: none)."""
     blocks: list[str] = []
     tag: str | None = None  # the open block's tag; None outside a block
     lines: list[str] = []
@@ -362,7 +374,7 @@ def code_blocks(text: str) -> list[str]:
             if fence == "```":
                 continue  # a closing fence; one with a tag closes and opens
         tag, lines = fence[3:].strip().lower().split(" ")[0], []
-    return blocks
+    return blocks, tag
 
 
 def humaneval_code(problem: Problem, text: str) -> str:
@@ -397,7 +409,7 @@ def passes_visible(problem: Problem, text: str, timeout_s: float = 5.0) -> Visib
         reason = "no-code"
         detail = (
             "its code block was never closed (the reply was cut off)"
-            if sum(line.strip().startswith("```") for line in text.splitlines()) % 2
+            if ends_inside_code_block(text)
             else f"the reply has no code block and its text is not Python ({detail})"
         )
     return VisibleResult(

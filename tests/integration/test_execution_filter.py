@@ -404,6 +404,16 @@ OWN_TEST_FAILS = (
             "no-code",
             "could not run: its code block was never closed (the reply was cut off)",
         ),
+        (  # cut off inside its code block, after an output block: an even count of fences
+            "```output\n[1.0]\n```python\ndef has_close_elements(numbers, threshold):\n    for",
+            "no-code",
+            "could not run: its code block was never closed (the reply was cut off)",
+        ),
+        (  # an output block left open is no code cut off
+            "Here it is.\n```output\nTrue",
+            "no-code",
+            "could not run: the reply has no code block and its text is not Python",
+        ),
     ],
 )
 def test_a_failure_says_what_kind_it_was_and_where_the_code_raised(reply, reason, said):
