@@ -5,7 +5,8 @@ pastes the rollout into a fresh prompt, in the same run, on the same problems.
     python -m bench distill_cache            # -> results/distill_cache.json
 
 RSE at its defaults but with every round-1 rollout distilled (settle rule off), in up to
-three forms (``FORMS``: the default, the brief ask, the pasted prompt), four slots, on three
+four forms (``FORMS``: the default, the brief ask, the ask primed in every rollout's system
+turn, the pasted prompt), four slots, on three
 tasks: three-term sums (0.5B, rollouts of ~100 tokens), grade-school word problems (0.5B,
 longer) and MATH-500 on the 1.5B (the long-rollout task of the frontier, rollouts of ~700
 tokens; the default form only). The share is the server's own count: the prompt
@@ -13,7 +14,9 @@ tokens of the ``distill`` calls that ``prompt_tokens_details.cached_tokens`` rep
 over their prompt tokens, and the prefill seconds llama.cpp's ``timings`` report. The ask that
 follows the rollout is new text no cache can hold, so the share is bounded by the rollout's
 length; ``prefix_served_share`` is the part of what a cache could serve (the distillation's
-prompt up to its ask, as the server tokenizes it) that it did serve.
+prompt up to its ask, as the server tokenizes it) that it did serve. Each form also reports
+``run``: every call's prompt tokens, cached and not, and prefill seconds, rollouts included
+(the primed form's rollouts read the ask: its distillations' share alone would flatter it).
 
     python -m bench distill_cache --task "long rollouts"   # one task, merged into the JSON
 """
@@ -42,7 +45,7 @@ class Task:
     spec: str
     model: str = "qwen2.5-coder-0.5b"
     max_tokens: int = 384
-    forms: tuple[str, ...] = ("continuing", "continuing-brief", "fresh")
+    forms: tuple[str, ...] = ("continuing", "continuing-brief", "continuing-primed", "fresh")
 
 
 TASKS = (
@@ -103,13 +106,33 @@ async def prefix_tokens(client: LLMClient, messages: list[Any]) -> int | None:
 
 
 #: The distillation forms, each the RSEConfig fields it sets: the default (continuing the
-#: rollout's conversation with the full ask), the short ask ``rse:brief`` uses, and the
-#: pasted fresh prompt of before 2026-12-03.
+#: rollout's conversation with the full ask), the short ask ``rse:brief`` uses, the full ask
+#: moved into every rollout's system turn (``rse:primed``), and the pasted fresh prompt of
+#: before 2026-12-03.
 FORMS: dict[str, dict[str, Any]] = {
     "continuing": {"distill_continues": True},
     "continuing-brief": {"distill_continues": True, "distill_ask": "brief"},
+    "continuing-primed": {"distill_continues": True, "distill_ask": "primed"},
     "fresh": {"distill_continues": False},
 }
+
+
+def run_totals(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the whole run's calls (rollouts and distillations) cost in prompt tokens, as the
+    server counts them: a form that moves text into the rollouts' prompts (``primed``) is
+    judged by these, not by its distillations' share alone."""
+    usage = [c["usage"] for c in calls]
+    prompt = sum(u["prompt_tokens"] for u in usage)
+    cached = sum(u.get("cached_tokens") or 0 for u in usage)
+    prefill = [u["timings"]["prompt_ms"] / 1000 for u in usage if u.get("timings")]
+    return {
+        "calls": len(calls),
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "uncached_prompt_tokens": prompt - cached,
+        "completion_tokens": sum(u["completion_tokens"] for u in usage),
+        "prefill_s": sum(prefill),
+    }
 
 
 async def run_form(
@@ -117,10 +140,13 @@ async def run_form(
 ) -> dict[str, Any]:
     """RSE on the task's problems with one distillation form; its distillations' counts."""
     calls: list[dict[str, Any]] = []
+    every: list[dict[str, Any]] = []
 
     def keep(record: dict[str, Any]) -> None:
-        if "usage" in record and is_distillation(record["request"].get("messages") or []):
-            calls.append(record)
+        if "usage" in record:
+            every.append(record)
+            if is_distillation(record["request"].get("messages") or []):
+                calls.append(record)
 
     client = LLMClient(server.base_url, server.model_name, trace=keep)
     # one round, distilled: the distillations of round 1 are all that is measured
@@ -135,7 +161,7 @@ async def run_form(
                 call["prefix_tokens"] = await prefix_tokens(client, call["request"]["messages"])
     finally:
         await client.close()
-    return distill_share(calls)
+    return {**distill_share(calls), "run": run_totals(every)}
 
 
 async def measure(tasks: list[Task]) -> dict[str, Any]:
@@ -159,6 +185,7 @@ def headline(tasks: dict[str, Any]) -> dict[str, Any]:
     rollouts are shortest, where the ask weighs most) and each task's."""
     continuing = [t["continuing"] for t in tasks.values()]
     briefs = [t["continuing-brief"] for t in tasks.values() if "continuing-brief" in t]
+    primed = [t["continuing-primed"] for t in tasks.values() if "continuing-primed" in t]
     return {
         "distill_cached_share": min(c["cached_share"] for c in continuing),
         "distill_cached_share_by_task": {
@@ -167,6 +194,15 @@ def headline(tasks: dict[str, Any]) -> dict[str, Any]:
         "distill_prefix_served_share": min(c["prefix_served_share"] for c in continuing),
         # the short ask (rse:brief, opt-in: it lost its dev cell, dev-brief-three-0.5b)
         "distill_cached_share_brief": min(b["cached_share"] for b in briefs) if briefs else None,
+        # the ask in every rollout's prompt (rse:primed, opt-in until a dev cell rules), and
+        # what the whole run then left uncached against the default's, task by task
+        "distill_cached_share_primed": min(p["cached_share"] for p in primed) if primed else None,
+        "primed_run_uncached_ratio": {
+            name: t["continuing-primed"]["run"]["uncached_prompt_tokens"]
+            / t["continuing"]["run"]["uncached_prompt_tokens"]
+            for name, t in tasks.items()
+            if "run" in t.get("continuing-primed", {}) and "run" in t["continuing"]
+        },
     }
 
 

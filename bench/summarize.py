@@ -157,6 +157,18 @@ ROWS: list[tuple[str, str, str, str]] = [
     ),
     (
         "distill_cache",
+        "distill_cached_share_primed",
+        "≥ 0.8",
+        "the same with the ask primed in every rollout's system turn (rse:primed, opt-in)",
+    ),
+    (
+        "distill_cache",
+        "primed_run_uncached_ratio.three-term sums",
+        "< 1",
+        "what it costs the whole run: uncached prompt tokens, rollouts too, primed ÷ default",
+    ),
+    (
+        "distill_cache",
         "distill_prefix_served_share",
         "–",
         "of the prompt before the ask (all a cache can hold), the part served",

@@ -30,7 +30,6 @@ from rse_fast.methods.voting import (
     vote_final,
 )
 from rse_fast.methods.waves import RunBudget
-from rse_fast.prompts import solve_messages
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.checking import NAMED_CHECKERS, CodeExamplesChecker, ExperienceChecker
 from rse_fast.rse.checkpoint import Checkpoint
@@ -61,6 +60,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "pasted": {"distill_continues": False},  # the distillation prompt before 2026-12-03
     # the short ask (the schema gives the shape): more of a continued distillation is cached
     "brief": {"distill_ask": "brief"},
+    # the whole ask in every rollout's system turn, a one-line cue after the rollout: the
+    # cache serves nearly all of a distillation (every rollout reads the ask, mostly cached)
+    "primed": {"distill_ask": "primed"},
     # experience from running the code alone (with checker="visible"): no model distillation
     "grounded": {"distill_with_model": False},
     # with checker="visible": a passing rollout's code is filed as a verified proposition
@@ -280,7 +282,9 @@ class RSEMethod(Method):
                 answers, epsilon, weights=confidence_weights(confidences) if weighted else None
             )
         bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
+        preamble = engine.distiller.rollout_preamble()  # primed: every rollout reads it
         prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
+        prompt += c.count_tokens(preamble) if preamble else 0
         roll = prompt + (self.rollout_prior or self.max_tokens / 2)
         dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt, self.k)
         asked_for = run_budget.in_unit.amount if run_budget.in_unit else run_budget.tokens
@@ -307,7 +311,9 @@ class RSEMethod(Method):
             # later rounds buy whole rollouts as sc's later waves do, and under a cap only
             # as many as it lets run to a typical length: one cut short is a truncated sample
             k_r = min(self.k, spend.units_left(unit, tail=r > 1))
-            asked = prompt_cost(c, solve_messages(problem.prompt, "" if st.settled else st.block))
+            asked = prompt_cost(
+                c, engine.rollout_messages(problem.prompt, "" if st.settled else st.block)
+            )
             if r > 1:
                 k_r = spend.calls_that_fit(k_r, asked, self.max_tokens, unit)
             if k_r == 0:
@@ -315,7 +321,7 @@ class RSEMethod(Method):
                     break
                 k_r = 1
             guided = c.count_tokens(st.block)
-            guided_asks = prompt_cost(c, solve_messages(problem.prompt, st.block)) + 60
+            guided_asks = prompt_cost(c, engine.rollout_messages(problem.prompt, st.block)) + 60
             guided_after = spend.room_for(
                 self.k, guided_asks, self.max_tokens, st.roll + guided + 60
             )

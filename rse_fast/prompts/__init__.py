@@ -54,6 +54,7 @@ from rse_fast.prompts.rse import (
     distill_batch_messages,
     distill_messages,
     is_distillation,
+    primed_preamble,
     render_experiences,
 )
 from rse_fast.prompts.search import finish_messages, next_step_messages
@@ -90,6 +91,7 @@ __all__ = [
     "is_distillation",
     "judge_messages",
     "next_step_messages",
+    "primed_preamble",
     "render_experiences",
     "render_pitfall",
     "render_proposition",

@@ -58,18 +58,21 @@ def solve_messages(
     *,
     open_ended: bool = False,
     history: Sequence[Message] = (),
+    preamble: str = "",
 ) -> list[Message]:
     """Round r's prompt u_r = Prompt(x, E_pos, E_neg): the guidance and the bank in the system
     turn, the problem in the user turn; plain sampling when the bank is empty. An open-ended
-    task gets its user turn as written (no box asked for), after its earlier turns."""
+    task gets its user turn as written (no box asked for), after its earlier turns.
+    ``preamble``: text every prompt of a run shares, placed before the bank so that a prefix
+    cache serves it across rounds and problems (RSE's primed distillation ask)."""
+    fixed = system_for(open_ended) + (f"\n\n{preamble}" if preamble else "")
+    system = fixed + (f"\n\n{experience_block}" if experience_block else "")
     if open_ended:
-        system = RESPOND_SYSTEM + (f"\n\n{experience_block}" if experience_block else "")
         messages: list[Message] = [
             {"role": "system", "content": system},
             {"role": "user", "content": problem.strip()},
         ]
         return with_history(messages, history)
-    system = SOLVE_SYSTEM + (f"\n\n{experience_block}" if experience_block else "")
     user = f"Problem:\n{problem.strip()}\n\nSolve the problem. Put the final answer in \\boxed{{}}."
     return with_history(
         [{"role": "system", "content": system}, {"role": "user", "content": user}], history

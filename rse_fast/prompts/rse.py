@@ -110,7 +110,7 @@ def answer_split(answers: Sequence[str | None], own: str | None = None) -> str:
     return text + (f"; this attempt: {own if own is not None else 'no answer'}" if own else "")
 
 
-DistillAsk = Literal["full", "brief"]
+DistillAsk = Literal["full", "brief", "primed"]
 
 
 def _distill_ask(max_items: int, max_words: int, style: DistillFormat, ask: DistillAsk) -> str:
@@ -144,6 +144,24 @@ def _distill_ask(max_items: int, max_words: int, style: DistillFormat, ask: Dist
 #: "Now review the reply above as someone else's attempt." and the distiller's system text).
 BRIEF_REVIEW = "Review the reply above as another's attempt that may be wrong. JSON only."
 
+#: The primed ask's cue: the whole ask already sits in the rollout's system turn
+#: (:func:`primed_preamble`), where the prefix cache holds it.
+PRIMED_CUE = "Review your reply above now, as the review instructions say. JSON only."
+
+
+def primed_preamble(max_items: int, max_words: int, style: DistillFormat) -> str:
+    """The full distillation ask, worded for the rollout's system turn (``ask="primed"``).
+    It is the same text for every rollout of a run, so a server's prefix cache serves it to
+    every call after a slot's first; the distillation that continues the rollout then ends
+    in :data:`PRIMED_CUE` alone. It is read by every rollout, so it says plainly that it
+    applies only when a review is asked for."""
+    return (
+        "Review instructions (only for a later turn that asks you to review your reply; "
+        "until then, solve as asked): treat the reply as someone else's attempt that may be "
+        f"wrong, note what a fresh attempt should reuse or avoid, and answer with JSON only. "
+        f"{_distill_ask(max_items, max_words, style, 'full')}"
+    )
+
 
 def distill_messages(
     problem: str,
@@ -162,7 +180,9 @@ def distill_messages(
     final response, optionally how the round's answers split → propositions and pitfalls.
     ``ask="brief"``: an ask under half as long (40 words against 110) for a server that
     enforces the reply's JSON schema: a continued conversation's cache then serves more of
-    the prompt.
+    the prompt. ``ask="primed"``: the rollout's system turn already carries the ask
+    (:func:`primed_preamble`), so a continued conversation ends in a one-line cue; a fresh
+    prompt gets the full ask.
 
     With ``rollout`` (the rollout's own messages) the distillation is the next turn of that
     conversation: its exact prompt, the reply as the assistant turn, then the ask. A server's
@@ -178,18 +198,19 @@ def distill_messages(
             attempt += "\n(cut off by its length limit)"
         if split:
             attempt += f"\n\nFinal answers of all attempts this round: {split}."
-        request = _distill_ask(max_items, max_words, style, ask)
+        request = _distill_ask(max_items, max_words, style, "full" if ask == "primed" else ask)
         user = f"Problem:\n{problem.strip()}\n\n{attempt}\n\n{request}"
         return [{"role": "system", "content": DISTILL_SYSTEM}, {"role": "user", "content": user}]
     opening = f"Now review the reply above as someone else's attempt. {DISTILL_SYSTEM}"
-    notes = [BRIEF_REVIEW if ask == "brief" else opening]
+    notes = [{"brief": BRIEF_REVIEW, "primed": PRIMED_CUE}.get(ask, opening)]
     if reasoning:
         notes.append(f"The reasoning behind that reply was:\n{reasoning.strip()}")
     if truncated:
         notes.append("That reply was cut off by its length limit.")
     if split:
         notes.append(f"Final answers of all attempts this round: {split}.")
-    request = "\n\n".join([*notes, _distill_ask(max_items, max_words, style, ask)])
+    asked = [] if ask == "primed" else [_distill_ask(max_items, max_words, style, ask)]
+    request = "\n\n".join([*notes, *asked])
     return [
         *rollout,
         {"role": "assistant", "content": response},
@@ -204,7 +225,8 @@ def is_distillation(messages: Sequence[Message]) -> bool:
         return False
     last = str(messages[-1].get("content") or "")
     return messages[0].get("content") == DISTILL_SYSTEM or (
-        messages[-1].get("role") == "user" and (DISTILL_SYSTEM in last or BRIEF_REVIEW in last)
+        messages[-1].get("role") == "user"
+        and any(cue in last for cue in (DISTILL_SYSTEM, BRIEF_REVIEW, PRIMED_CUE))
     )
 
 

@@ -40,6 +40,10 @@ class RSEConfig:
             ``brief`` (under half the words: the JSON schema the server enforces gives the
             shape; the ask is the one part of a continued distillation no prefix cache holds).
             Not the default: on its dev cell it was right less often (docs/decisions.md).
+            ``primed``: the full ask moves into every rollout's system turn, ahead of the
+            bank, and a continued distillation ends in a one-line cue: the cache then serves
+            nearly all of it, while every rollout reads the ask (cached after a slot's first
+            call). Rollouts primed are not sc's samples: an accuracy question (dev cell).
         distill_final_round: distill the last round too. Off by default: nothing reads the
             last round's bank unless it is saved (``--bank-out``) or carried to another
             problem, and the reference never distills its last round.
@@ -138,7 +142,7 @@ class RSEConfig:
     distill_max_tokens: int | None = None
     distill_length_ratio: float = 0.75
     distill_format: Literal["compact", "structured"] = "compact"
-    distill_ask: Literal["full", "brief"] = "full"
+    distill_ask: Literal["full", "brief", "primed"] = "full"
     distill_continues: bool | None = None
     distill_final_round: bool = False
     distill_sees_votes: bool = False
@@ -202,7 +206,7 @@ class RSEConfig:
             "dedup_policy": ("keep-first", "replace-longer"),
             "select_from": ("all", "guided", "last"),
             "distill_format": ("compact", "structured"),
-            "distill_ask": ("full", "brief"),
+            "distill_ask": ("full", "brief", "primed"),
             "guidance": ("short", "rules", "checked"),
             "settle_spend": ("sample", "stop"),
             "distill_mode": ("each", "batch"),
@@ -226,6 +230,13 @@ class RSEConfig:
             raise ValueError(
                 "distill_ask='brief' leaves the reply's shape to the JSON schema: it needs "
                 "use_json_schema=True and distill_mode='each'"
+            )
+        if self.distill_ask == "primed" and (
+            self.distill_continues is False or self.distill_mode == "batch"
+        ):
+            raise ValueError(
+                "distill_ask='primed' puts the ask in the rollout's prompt for a distillation "
+                "that continues it: it needs distill_mode='each' and distill_continues not False"
             )
         if not (self.use_positive or self.use_negative):
             raise ValueError("use_positive and use_negative cannot both be False")

@@ -24,6 +24,7 @@ from rse_fast.prompts import (
     distill_batch_messages,
     distill_messages,
     distill_schema,
+    primed_preamble,
 )
 from rse_fast.prompts.distill_format import (
     Distilled,
@@ -93,9 +94,22 @@ class Distiller:
         #: ``negative``: pitfalls), so a run can say how often its propositions were wrong
         self.check_counts_by_kind: dict[str, dict[str, int]] = {}
 
+    def rollout_preamble(self) -> str:
+        """What every rollout's system turn carries for its distillation: the primed ask
+        (``distill_ask="primed"``, distilled by the rollouts' own server), else nothing."""
+        if self.config.distill_ask != "primed" or self.distill_client is not None:
+            return ""
+        cfg = self.config
+        return primed_preamble(
+            cfg.max_experiences_per_rollout, cfg.max_words_per_experience, cfg.distill_format
+        )
+
     def _continues(self) -> bool:
         """Whether a distillation continues its rollout's conversation: as configured, or
-        (None) once the server has shown it caches prompts (a call reported cached tokens)."""
+        (None) once the server has shown it caches prompts (a call reported cached tokens).
+        A primed rollout is always continued: its prompt holds the ask."""
+        if self.rollout_preamble():
+            return True
         if self.config.distill_continues is not None:
             return self.config.distill_continues
         return any(r.cached_tokens for r in self.client.ledger.records)

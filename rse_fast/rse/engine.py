@@ -269,6 +269,11 @@ class RSE:
         the last round only when its bank is wanted (:meth:`bank_wanted`)."""
         return not settled and (r < self.config.rounds or self.bank_wanted())
 
+    def rollout_messages(self, problem: str, block: str) -> list[Message]:
+        """A rollout's prompt: the problem under the bank block (and the primed ask, where
+        the distillation that continues the rollout expects it)."""
+        return solve_messages(problem, block, preamble=self.distiller.rollout_preamble())
+
     async def run_round(
         self,
         problem: str,
@@ -292,7 +297,7 @@ class RSE:
         k = k if k is not None else cfg.k_for_round(r)
         t0 = time.perf_counter()
         tokens0 = self.client.ledger.total_tokens
-        messages = solve_messages(problem, block)
+        messages = self.rollout_messages(problem, block)
         counters = {"rollouts": 0, "distills": 0, "failures": 0, "unparseable": 0, "refused": 0}
 
         def report(round_done: bool = False) -> None:

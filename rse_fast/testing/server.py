@@ -370,8 +370,10 @@ class ScriptedServer:
         """What a chat request's prompt counts: its words plus what the template adds."""
         return word_count(prompt_text(body)) + self.template_tokens
 
-    def _cached(self, body: dict[str, Any]) -> int:
-        """Prompt tokens the prefix cache serves for ``body`` (remembering it for later)."""
+    def _cached(self, body: dict[str, Any], replies: Sequence[Reply] = ()) -> int:
+        """Prompt tokens the prefix cache serves for ``body``, remembering it for later with
+        each reply written after it (a server's cache keeps the tokens it generated too: a
+        next turn that quotes the reply finds it cached)."""
         words = [
             w
             for m in body.get("messages") or []
@@ -387,6 +389,7 @@ class ScriptedServer:
                 k += 1
             best = max(best, k)
         self._seen_prompts.append(words)
+        self._seen_prompts.extend([*words, "<assistant>", *r.content.split()] for r in replies)
         best = min(best, self.prompt_tokens(body) - 1)  # the last token is always evaluated
         if self.prefix_cache == "vllm":
             best -= best % self.cache_block
@@ -554,7 +557,7 @@ class ScriptedServer:
         if thinking:
             usage["completion_tokens_details"] = {"reasoning_tokens": sum(thinking)}
         if self.prefix_cache is not None:
-            cached = self._cached(body)
+            cached = self._cached(body, replies)
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
             self._last_timings = {
                 "cache_n": cached,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.distill_cache import common_prefix, distill_share
+from bench.distill_cache import common_prefix, distill_share, run_totals
 
 
 def call(prompt: int, cached: int | None, prefix: int | None, prompt_ms: float = 100.0) -> dict:
@@ -56,6 +56,36 @@ def test_the_headline_is_the_shortest_rollouts_task_and_names_each_tasks_share()
     assert got["distill_cached_share"] == 0.64 and got["distill_cached_share_brief"] == 0.78
     assert got["distill_cached_share_by_task"] == {"three-term sums": 0.64, "long rollouts": 0.85}
     assert headline({"long rollouts": tasks["long rollouts"]})["distill_cached_share_brief"] is None
+
+
+def test_run_totals_count_every_call_and_what_no_cache_served():
+    def used(prompt: int, cached: int | None, completion: int) -> dict:
+        timings = {"prompt_ms": (prompt - (cached or 0)) * 10.0}
+        return {"usage": {"prompt_tokens": prompt, "cached_tokens": cached,
+                          "completion_tokens": completion, "timings": timings}}  # fmt: skip
+
+    got = run_totals([used(300, 0, 100), used(300, 280, 100), used(450, 420, 60)])
+    assert got["calls"] == 3 and got["prompt_tokens"] == 1050 and got["cached_tokens"] == 700
+    assert got["uncached_prompt_tokens"] == 350 and got["completion_tokens"] == 260
+    assert got["prefill_s"] == pytest.approx(3.5)
+
+
+def test_the_primed_form_is_judged_by_the_whole_runs_uncached_prompt_tokens():
+    """Its distillations' share can rise while its rollouts read more: the headline keeps the
+    share and the run's uncached prompt tokens against the default's, per task that ran it."""
+    from bench.distill_cache import headline
+
+    def form(share: float, uncached: int) -> dict:
+        return {"cached_share": share, "prefix_served_share": 1.0,
+                "run": {"uncached_prompt_tokens": uncached}}  # fmt: skip
+
+    tasks = {
+        "three-term sums": {"continuing": form(0.64, 2000), "continuing-primed": form(0.9, 2500)},
+        "long rollouts": {"continuing": form(0.85, 4000)},
+    }
+    got = headline(tasks)
+    assert got["distill_cached_share_primed"] == 0.9
+    assert got["primed_run_uncached_ratio"] == {"three-term sums": 1.25}
 
 
 def test_a_task_kept_from_an_earlier_run_keeps_its_machine_and_time():

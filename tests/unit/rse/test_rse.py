@@ -257,6 +257,8 @@ def test_sync_solve_and_config_validation(encoder):
 
 # -- fidelity to the method: rules, traces, retries, support, ablations ------------------------
 from rse_fast.prompts import FRAMING, GUIDED_RULES, ORIGIN_SAME  # noqa: E402
+from rse_fast.prompts.common import SOLVE_SYSTEM  # noqa: E402
+from rse_fast.prompts.rse import PRIMED_CUE, primed_preamble  # noqa: E402
 from rse_fast.rse.bank import ExperienceBank  # noqa: E402
 from rse_fast.testing import Reply  # noqa: E402
 
@@ -609,6 +611,62 @@ async def test_the_brief_ask_leaves_less_of_a_continued_distillation_uncached(en
         assert late and all(b["messages"][-2]["role"] == "assistant" for b in distills)
         uncached[ask] = sum(r.prompt_tokens - (r.cached_tokens or 0) for r in late) / len(late)
     assert uncached["brief"] < 0.6 * uncached["full"], uncached
+
+
+async def test_the_primed_ask_rides_in_every_rollout_and_leaves_a_cue_to_prefill(encoder):
+    """rse:primed: every rollout's system turn carries the whole ask, ahead of any bank block,
+    so the continued distillation ends in a one-line cue; its distillations still parse into
+    a bank, and what no cache holds shrinks to the cue."""
+    uncached, banks = {}, {}
+    for ask in ("full", "primed"):
+        async with ScriptedServer(default_reply=reply, prefix_cache="llama.cpp") as srv:
+            rse = make_rse(srv.base_url, encoder, rounds=3, k=4, distill_ask=ask)
+            async with rse.client:
+                result = await rse.solve(PROBLEM, gold=GOLD)
+                late = [r for r in rse.client.ledger.records if r.role == "distill"][4:]
+        banks[ask] = result.bank_sizes
+        solves = [b for b in srv.requests if is_solve(b)]
+        distills = [b for b in srv.requests if is_distill(b)]
+        cfg = rse.config
+        preamble = primed_preamble(
+            cfg.max_experiences_per_rollout, cfg.max_words_per_experience, cfg.distill_format
+        )
+        primed = [b["messages"][0]["content"].startswith(f"{SOLVE_SYSTEM}\n\n{preamble}")
+                  for b in solves]  # fmt: skip
+        assert all(primed) if ask == "primed" else not any(primed)
+        cues = [b["messages"][-1]["content"].startswith(PRIMED_CUE) for b in distills]
+        assert all(cues) if ask == "primed" else not any(cues)
+        assert distills and all(b["messages"][-2]["role"] == "assistant" for b in distills)
+        uncached[ask] = sum(r.prompt_tokens - (r.cached_tokens or 0) for r in late) / len(late)
+    assert banks["primed"] == banks["full"]
+    assert uncached["primed"] < 0.3 * uncached["full"], uncached
+
+
+async def test_a_primed_run_with_another_distiller_primes_nothing(encoder):
+    """With a separate distillation endpoint no cache joins rollout and distillation: the
+    rollouts carry no ask and the distiller gets the full one in a fresh prompt."""
+    async with (
+        ScriptedServer(default_reply=reply) as rollouts,
+        ScriptedServer(default_reply=reply) as distiller,
+    ):
+        client = LLMClient(rollouts.base_url, "policy", retry=FAST)
+        cfg = RSEConfig(rounds=2, k=4, **MECHANISM, distill_ask="primed")
+        async with client, LLMClient(distiller.base_url, "x", retry=FAST) as dclient:
+            await RSE(client, encoder, cfg, distill_client=dclient).solve(PROBLEM, gold=GOLD)
+    preamble = primed_preamble(
+        cfg.max_experiences_per_rollout, cfg.max_words_per_experience, cfg.distill_format
+    )
+    systems = [b["messages"][0]["content"] for b in rollouts.requests]
+    assert len(systems) == 8 and not any(preamble in s for s in systems)
+    assert sum(s == SOLVE_SYSTEM for s in systems) == 4  # round 1; round 2 shows the bank
+    asks = [b["messages"][-1]["content"] for b in distiller.requests]
+    assert asks and all("propositions" in a and PRIMED_CUE not in a for a in asks)
+
+
+@pytest.mark.parametrize("fields", [{"distill_continues": False}, {"distill_mode": "batch"}])
+def test_the_primed_ask_needs_a_distillation_that_continues_the_rollout(fields):
+    with pytest.raises(ValueError, match="distill_ask='primed'"):
+        RSEConfig(distill_ask="primed", **fields)
 
 
 @pytest.mark.parametrize("fields", [{"use_json_schema": False}, {"distill_mode": "batch"}])
