@@ -158,7 +158,7 @@ def primed_preamble(max_items: int, max_words: int, style: DistillFormat) -> str
     return (
         "Review instructions (only for a later turn that asks you to review your reply; "
         "until then, solve as asked): treat the reply as someone else's attempt that may be "
-        f"wrong, note what a fresh attempt should reuse or avoid, and answer with JSON only. "
+        "wrong, note what a fresh attempt should reuse or avoid, and answer with JSON only. "
         f"{_distill_ask(max_items, max_words, style, 'full')}"
     )
 
