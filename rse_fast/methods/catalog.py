@@ -93,6 +93,8 @@ def make_method(name: str, **options: Any) -> Method:
             ``last`` (the answer from guided rounds, or the last round, only), ``pasted``
             (distillation as a fresh prompt pasting the rollout), ``brief`` (a distillation
             ask under half as long, the schema giving the reply its shape: more is cached),
+            ``primed`` (the ask in every rollout's system turn, a one-line cue after it: the
+            cache serves nearly all of a distillation, every rollout reads the ask),
             ``grounded`` (no model distillation: with ``checker="visible"``, the bank holds
             what running the code showed), ``passing`` (with ``checker="visible"``: a
             passing rollout's code is filed as a verified proposition), ``checked`` (with
