@@ -57,6 +57,11 @@ ROOT = HERE.parent
 WORK = HERE / "results" / "rse_ablation"
 
 
+def budget_unit(cell: Cell) -> str:
+    """What the cell's budget counts: its options' ``budget_unit``, else tokens."""
+    return str(cell.options.get("budget_unit", "tokens"))
+
+
 @dataclass(frozen=True)
 class Cell:
     model: str
@@ -344,7 +349,11 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         "model": cell.model,
         "task": cell.task,
         "seed": cell.seed,
-        "budget_tokens": cell.budget,
+        # a cell's budget counts tokens unless its options name another unit (price: a
+        # hosted API's per-token prices, cached input at its own)
+        "budget_tokens": cell.budget if budget_unit(cell) == "tokens" else None,
+        "budget": cell.budget,
+        "budget_unit": budget_unit(cell),
         "options": cell.options,
         "k": cell.k,
         "max_tokens": cell.max_tokens,
@@ -359,6 +368,14 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         "mean_tokens": {
             m: sum(recs.by_method[m][i]["tokens"] for i in ids) / len(ids) for m in cell.methods
         },
+        # in the cell's unit where it is not tokens: what each method spent, as it booked it
+        "mean_cost": {
+            m: sum((recs.by_method[m][i].get("cost") or {}).get("spent", 0.0) for i in ids)
+            / len(ids)
+            for m in cell.methods
+        }
+        if budget_unit(cell) != "tokens"
+        else None,
         "tokens_by_role": {
             m: _mean_roles([recs.by_method[m][i] for i in ids]) for m in cell.methods
         },
@@ -513,8 +530,11 @@ def table(summary: dict[str, Any]) -> str:
             vs = pts(c.get(f"{slug(m)}_vs_sc", {})) if m != "sc" else ""
             part = f" (of {c['planned_problems']})" if c["partial"] else ""
             name = c["cell"] + (" (retired)" if c["split"] == "retired" else "")
+            unit = c.get("budget_unit", "tokens")
+            budget = f"{c.get('budget', c['budget_tokens']):,}"
+            budget += "" if unit == "tokens" else f" {unit.partition(':')[0]}"
             lines.append(
-                f"| {name} | {c['problems']}{part} | {c['budget_tokens']:,} | {m} | "
+                f"| {name} | {c['problems']}{part} | {budget} | {m} | "
                 f"{pct(acc)} | {c['mean_tokens'][m]:,.0f} | "
                 f"{c['samples_per_problem'][m]:.1f} | {vs} |"
             )

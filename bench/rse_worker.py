@@ -68,6 +68,8 @@ async def run(args: argparse.Namespace) -> None:
                 "id": p["id"],
                 "label": args.label,
                 "tokens": res.tokens,
+                # what it spent in the budget's unit where that is not tokens (price, time)
+                "cost": res.meta.get("cost"),
                 "wall_s": time.perf_counter() - t0,
                 "final_text": res.final.text if res.final else "",
                 "final_answer": res.final.answer if res.final else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -80,6 +81,7 @@ def test_variants_are_reported_against_the_defaults_and_each_has_its_bank_effect
                 "id": p.id, "tokens": 100, "final_text": f"={p.gold}" if ok else "=x",
                 "pool_texts": texts, "pool_rounds": [1, 1, 2, 2], "guided_rounds": guided,
                 "roles": {"distill": 25}, "bank_prompt_tokens": 0,
+                "cost": {"unit": "price", "spent": 40.0 + len(out)},
             }  # fmt: skip
             out.append(json.dumps(rec))
         return "\n".join(out)
@@ -105,6 +107,16 @@ def test_variants_are_reported_against_the_defaults_and_each_has_its_bank_effect
     assert got["rse_votes_vs_rse"]["diff"] == pytest.approx(0.25)
     assert got["variants_vs_rse"]["rse_votes"]["guided_vs_rse_sample"]["diff"] == pytest.approx(1.0)
     assert "| c | 4 | 100 | rse:votes | 75% |" in rse_ablation.table(
+        {"cells": [got], "pooled": rse_ablation.pooled([got])}
+    )
+    assert got["budget_tokens"] == 100 and got["mean_cost"] is None  # a tokens cell
+    # a cell whose budget is in another unit says so, and what each method spent in it
+    priced = dataclasses.replace(alone, options={"budget_unit": "price:input=1,output=4"})
+    got = rse_ablation.summarize_cell("c", priced)
+    assert got is not None and got["budget_tokens"] is None
+    assert got["budget"] == 100 and got["budget_unit"] == "price:input=1,output=4"
+    assert got["mean_cost"] == {"rse": pytest.approx(41.5), "rse:votes": pytest.approx(41.5)}
+    assert "| c | 4 | 100 price | rse:votes | 75% |" in rse_ablation.table(
         {"cells": [got], "pooled": rse_ablation.pooled([got])}
     )
 
