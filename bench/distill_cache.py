@@ -68,13 +68,19 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def distill_share(calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """The server's counts over one form's distillations (each a traced call with
-    ``prefix_tokens`` added where it was measured)."""
+def prompt_counts(calls: list[dict[str, Any]]) -> tuple[int, int, list[float]]:
+    """Traced calls' prompt tokens, the part the server reported cached, and each call's
+    prefill seconds (where llama.cpp's ``timings`` came)."""
     usage = [c["usage"] for c in calls]
     prompt = sum(u["prompt_tokens"] for u in usage)
     cached = sum(u.get("cached_tokens") or 0 for u in usage)
-    prefill = [u["timings"]["prompt_ms"] / 1000 for u in usage if u.get("timings")]
+    return prompt, cached, [u["timings"]["prompt_ms"] / 1000 for u in usage if u.get("timings")]
+
+
+def distill_share(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The server's counts over one form's distillations (each a traced call with
+    ``prefix_tokens`` added where it was measured)."""
+    prompt, cached, prefill = prompt_counts(calls)
     with_prefix = [c for c in calls if c.get("prefix_tokens")]
     prefix = sum(c["prefix_tokens"] for c in with_prefix)
     served = sum(min(c["usage"].get("cached_tokens") or 0, c["prefix_tokens"]) for c in with_prefix)
@@ -121,16 +127,13 @@ def run_totals(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """What the whole run's calls (rollouts and distillations) cost in prompt tokens, as the
     server counts them: a form that moves text into the rollouts' prompts (``primed``) is
     judged by these, not by its distillations' share alone."""
-    usage = [c["usage"] for c in calls]
-    prompt = sum(u["prompt_tokens"] for u in usage)
-    cached = sum(u.get("cached_tokens") or 0 for u in usage)
-    prefill = [u["timings"]["prompt_ms"] / 1000 for u in usage if u.get("timings")]
+    prompt, cached, prefill = prompt_counts(calls)
     return {
         "calls": len(calls),
         "prompt_tokens": prompt,
         "cached_tokens": cached,
         "uncached_prompt_tokens": prompt - cached,
-        "completion_tokens": sum(u["completion_tokens"] for u in usage),
+        "completion_tokens": sum(c["usage"]["completion_tokens"] for c in calls),
         "prefill_s": sum(prefill),
     }
 

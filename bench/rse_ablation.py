@@ -342,6 +342,7 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         m: [float(dataset.grade(by_id[i], recs.by_method[m][i]["final_text"])) for i in ids]
         for m in cell.methods
     }
+    unit = budget_unit(cell)
     out: dict[str, Any] = {
         "cell": name,
         "split": cell.split,
@@ -351,9 +352,9 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
         "seed": cell.seed,
         # a cell's budget counts tokens unless its options name another unit (price: a
         # hosted API's per-token prices, cached input at its own)
-        "budget_tokens": cell.budget if budget_unit(cell) == "tokens" else None,
+        "budget_tokens": cell.budget if unit == "tokens" else None,
         "budget": cell.budget,
-        "budget_unit": budget_unit(cell),
+        "budget_unit": unit,
         "options": cell.options,
         "k": cell.k,
         "max_tokens": cell.max_tokens,
@@ -374,7 +375,7 @@ def summarize_cell(name: str, cell: Cell) -> dict[str, Any] | None:
             / len(ids)
             for m in cell.methods
         }
-        if budget_unit(cell) != "tokens"
+        if unit != "tokens"
         else None,
         "tokens_by_role": {
             m: _mean_roles([recs.by_method[m][i] for i in ids]) for m in cell.methods
