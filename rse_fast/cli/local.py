@@ -15,8 +15,15 @@ from rse_fast.cli.args import add_local_arguments
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("local", help="the embedded llama.cpp server")
     lsub = p.add_subparsers(dest="local_command", required=True)
-    setup = lsub.add_parser("setup", help="build llama-server and fetch a model (idempotent)")
+    setup = lsub.add_parser(
+        "setup", help="provide llama.cpp's server (prebuilt, or built) and a model (idempotent)"
+    )
     add_local_arguments(setup)
+    setup.add_argument(
+        "--build",
+        action="store_true",
+        help="build llama-server from source instead of using the prebuilt wheel",
+    )
     setup.add_argument("--model", dest="local_model", help="same as --local-model")
     serve = lsub.add_parser("serve", help="run the local server until Ctrl-C")
     add_local_arguments(serve)
@@ -27,9 +34,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from rse_fast.local.build import build_server
     from rse_fast.local.models import fetch_model
-    from rse_fast.local.server import LocalServer, serve_forever, setup
+    from rse_fast.local.server import LocalServer, serve_forever, setup, setup_server
     from rse_fast.registry import default_llm
 
     if args.local_command == "setup":
@@ -39,15 +45,16 @@ def run(args: argparse.Namespace) -> int:
         elif args.llama_server:
             print(f"model ready: {fetch_model(args.local_model or default_llm(), log=print)}")
         elif args.gguf:
-            print(f"llama-server ready: {build_server(log=print)}")
+            setup_server(args.build, log=print)
         else:
-            setup(args.local_model, log=print)
+            setup(args.local_model, log=print, build=args.build)
         print(f"setup done in {time.perf_counter() - t0:.0f}s")
         return 0
     server = LocalServer(
         args.local_model,
         gguf=args.gguf,
         llama_server=args.llama_server,
+        backend=args.local_backend,
         parallel=args.parallel,
         port=args.port,
     )
@@ -58,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
 def announce(server: Any) -> None:
     print(
-        f"llama-server ({server.model_name}) at {server.base_url}; Ctrl-C stops it",
+        f"llama.cpp server ({server.backend}, {server.model_name}) at {server.base_url}; "
+        "Ctrl-C stops it",
         file=sys.stderr,
         flush=True,
     )

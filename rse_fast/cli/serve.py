@@ -45,6 +45,13 @@ def add_parser(sub: Any) -> None:
         default=256,
         help="requests in flight over all keys and addresses (workers split it)",
     )
+    p.add_argument(
+        "--queue-timeout",
+        type=float,
+        default=5.0,
+        help="seconds a request over a concurrency limit waits for a slot before its 429 "
+        "(0: refuse at once)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument(
         "--stream-idle-timeout",
@@ -100,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         per_key_concurrency=args.per_key_concurrency,
         max_concurrency=args.max_concurrency,
+        queue_timeout_s=args.queue_timeout,
         request_timeout_s=args.timeout,
         stream_idle_s=args.stream_idle_timeout,
         upstream_api_key=upstream_key,

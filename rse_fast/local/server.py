@@ -1,6 +1,7 @@
-"""Embedded local LLM: a llama.cpp ``llama-server`` on loopback, for the demo and integration
-tests. ``LocalServer`` starts it on a free port with parallel slots, waits for its health
-endpoint, and always stops it: on exit, on cancellation, and (via PDEATHSIG) if we die."""
+"""Embedded local LLM: llama.cpp's HTTP server on loopback (the prebuilt wheel's, or a
+``llama-server`` built from source), for the demo and integration tests. ``LocalServer`` starts
+it on a free port with parallel slots, waits for its health endpoint, and always stops it: on
+exit, on cancellation, and (via PDEATHSIG) if we die."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import aiohttp
 
-from rse_fast.errors import LocalServerError
+from rse_fast.errors import BuildError, LocalServerError
+from rse_fast.local import prebuilt
 from rse_fast.local.build import build_server, server_path
 from rse_fast.local.models import fetch_model, resolve_gguf
 from rse_fast.registry import cache_dir, default_llm, llm_spec
@@ -27,15 +29,64 @@ _log = logging.getLogger(__name__)
 LOG_ROTATE_BYTES = 10 * 2**20
 
 
-def setup(model: str | None = None, log: Callable[[str], None] = _log.info) -> tuple[Path, Path]:
-    """Build (or reuse) llama-server and fetch (or reuse) a catalogue model. Idempotent."""
-    name = model or default_llm()
-    llm_spec(name)  # unknown names fail before the long build
+BACKENDS = ("auto", "prebuilt", "build")
+
+
+def setup_server(build: bool = False, log: Callable[[str], None] = _log.info) -> Path:
+    """The prebuilt server (unpacked once) where it runs, else llama-server built from source;
+    says which and why. A prebuilt wheel that fails to download or load falls back to the
+    build, saying so."""
+    choice = prebuilt.choose(build)
+    if choice.backend == "prebuilt":
+        log(f"llama.cpp server: prebuilt ({choice.reason})")
+        try:
+            return prebuilt.install(log=log)
+        except BuildError as exc:
+            log(f"the prebuilt server is not usable here ({exc}); building from source instead")
+    else:
+        log(f"llama.cpp server: built from source ({choice.reason})")
     binary = build_server(log=log)
     log(f"llama-server ready: {binary}")
+    return binary
+
+
+def setup(
+    model: str | None = None, log: Callable[[str], None] = _log.info, build: bool = False
+) -> tuple[Path, Path]:
+    """Provide a llama.cpp server (:func:`setup_server`) and fetch (or reuse) a catalogue
+    model. Idempotent."""
+    name = model or default_llm()
+    llm_spec(name)  # unknown names fail before any download or build
+    server = setup_server(build, log)
     gguf = fetch_model(name, log=log)
     log(f"model ready: {gguf}")
-    return binary, gguf
+    return server, gguf
+
+
+def server_prefix(
+    backend: str, llama_server: str | os.PathLike[str] | None
+) -> tuple[str, list[str]]:
+    """Which server runs ("prebuilt" or "build") and the command that starts it; llama-server's
+    flags follow the command."""
+    if llama_server is not None:
+        binary = Path(llama_server)
+        if not binary.is_file():
+            raise LocalServerError(
+                f"llama-server not found at {binary}: run `rse-fast local setup` "
+                "(or pass --llama-server PATH)"
+            )
+        return "build", [str(binary)]
+    if backend not in BACKENDS:
+        raise LocalServerError(f"unknown local backend {backend!r}: one of {', '.join(BACKENDS)}")
+    if backend in ("auto", "prebuilt") and prebuilt.is_installed():
+        return "prebuilt", prebuilt.launcher_command(prebuilt.site_dir())
+    if backend in ("auto", "build") and server_path().is_file():
+        return "build", [str(server_path())]
+    how = "rse-fast local setup --build" if backend == "build" else "rse-fast local setup"
+    raise LocalServerError(
+        f"no {'' if backend == 'auto' else backend + ' '}llama.cpp server is set up: run `{how}` "
+        "(or pass --llama-server PATH)"
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -65,6 +116,7 @@ class LocalServer:
         *,
         gguf: str | os.PathLike[str] | None = None,
         llama_server: str | os.PathLike[str] | None = None,
+        backend: str = "auto",
         parallel: int = 4,
         ctx_per_slot: int = 4096,
         threads: int | None = None,
@@ -75,13 +127,7 @@ class LocalServer:
     ) -> None:
         self.model = model or default_llm()
         self.gguf = resolve_gguf(self.model if gguf is None else None, gguf)
-        binary = Path(llama_server) if llama_server else server_path()
-        if not binary.is_file():
-            raise LocalServerError(
-                f"llama-server not found at {binary}: run `rse-fast local setup` "
-                "(or pass --llama-server PATH)"
-            )
-        self.binary = binary
+        self.backend, self.prefix = server_prefix(backend, llama_server)
         self.parallel, self.ctx_per_slot, self.threads = parallel, ctx_per_slot, threads
         self.host, self.port = host, port
         self.startup_timeout_s = startup_timeout_s
@@ -103,7 +149,7 @@ class LocalServer:
     def command(self) -> list[str]:
         cores = len(os.sched_getaffinity(0))
         return [
-            str(self.binary),
+            *self.prefix,
             "-m",
             str(self.gguf),
             "--host",

@@ -46,6 +46,10 @@ class ServeConfig:
     per_key_concurrency: int = 16
     #: requests in flight over every bucket (each worker process holds its share)
     max_concurrency: int = 256
+    #: seconds a request over a limit waits for a slot before its 429
+    queue_timeout_s: float = 5.0
+    #: requests waiting at most; past it a request over a limit is refused at once
+    max_queued: int = 1024
     request_timeout_s: float = 600.0
     #: seconds of upstream silence within a stream before it is ended with an error event
     stream_idle_s: float = 60.0
@@ -72,7 +76,14 @@ class Service:
             max_concurrency=config.upstream_concurrency,
             timeouts=Timeouts(total_s=config.request_timeout_s, stream_idle_s=config.stream_idle_s),
         )
-        self.gate = Gate(config.api_keys, config.per_key_concurrency, config.max_concurrency)
+        self.gate = Gate(
+            config.api_keys,
+            config.per_key_concurrency,
+            config.max_concurrency,
+            queue_s=config.queue_timeout_s,
+            max_queued=config.max_queued,
+            stats=self.metrics.queue,
+        )
         self.passthrough = PassThrough(self.client, self.metrics)
         self.methods = MethodAnswers(self.client, self.metrics)
 
@@ -163,7 +174,7 @@ class Service:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
         bucket = request.get(BUCKET, "")
-        self.gate.enter(bucket)  # before the body is read: a refused request costs nothing
+        await self.gate.enter(bucket)  # before the body is read: a refused one costs nothing
         self.metrics.in_flight += 1
         label, status = "passthrough", 500
         deadline = asyncio.get_running_loop().time() + self.config.request_timeout_s

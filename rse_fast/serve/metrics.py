@@ -8,6 +8,8 @@ from bisect import bisect_left
 from collections import defaultdict
 from itertools import accumulate
 
+from rse_fast.serve.auth import QueueStats
+
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -24,6 +26,7 @@ class Metrics:
         self.passthrough_without_usage = 0
         self.rse_runs: dict[bool, int] = defaultdict(int)  # by whether a bank was shown
         self.rse_unshown_distill_tokens = 0
+        self.queue = QueueStats()  # the gate's wait before the concurrency limits
 
     def observe(self, method: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -115,6 +118,19 @@ class Metrics:
                 "reported no usage (streams whose caller did not ask for it).",
                 "# TYPE rse_fast_passthrough_without_usage_total counter",
                 f"rse_fast_passthrough_without_usage_total {self.passthrough_without_usage}",
+                "# HELP rse_fast_queued_total Requests that waited for a concurrency slot.",
+                "# TYPE rse_fast_queued_total counter",
+                f"rse_fast_queued_total {self.queue.queued}",
+                "# HELP rse_fast_queue_refused_total Requests refused with 429 after the wait "
+                "ran out or with the queue full.",
+                "# TYPE rse_fast_queue_refused_total counter",
+                f"rse_fast_queue_refused_total {self.queue.timed_out}",
+                "# HELP rse_fast_queue_wait_seconds_total Seconds requests waited for a slot.",
+                "# TYPE rse_fast_queue_wait_seconds_total counter",
+                f"rse_fast_queue_wait_seconds_total {self.queue.wait_s:.6f}",
+                "# HELP rse_fast_queue_waiting Requests waiting for a slot now.",
+                "# TYPE rse_fast_queue_waiting gauge",
+                f"rse_fast_queue_waiting {self.queue.waiting}",
                 "# HELP rse_fast_in_flight Requests being served.",
                 "# TYPE rse_fast_in_flight gauge",
                 f"rse_fast_in_flight {self.in_flight}",

@@ -1,5 +1,8 @@
-"""The embedded llama.cpp server, for real: integration tests against llama-server running the
-smallest catalogue model (built and downloaded once, cached; `rse-fast local setup`)."""
+"""The embedded llama.cpp server, for real: integration tests against llama.cpp's server running
+the smallest catalogue model (set up once, cached; `rse-fast local setup`). Every test that
+serves runs against both servers: the prebuilt wheel (always) and the source build (where it is
+cached, or built when RSE_FAST_TEST_BUILD=1: the fallback path, gated because it compiles for
+minutes)."""
 
 from __future__ import annotations
 
@@ -15,18 +18,25 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import count_prompt_tokens
 from rse_fast.llm.meter import BudgetCap, PromptMargin
 from rse_fast.llm.prompt_count import server_prompt_tokens
+from rse_fast.local.build import server_path
 from rse_fast.local.models import resolve_gguf
 from rse_fast.local.server import LocalServer, LocalServerError, setup
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE
 
 MODEL = "smollm2-135m"
+BUILD_GATE = "RSE_FAST_TEST_BUILD"
 MSG = [{"role": "user", "content": "Name three colours."}]
 
 
-@pytest.fixture(scope="module")
-def installed() -> None:
-    setup(MODEL, log=lambda line: None)  # idempotent: a no-op once cached
+@pytest.fixture(scope="module", params=["prebuilt", "build"])
+def installed(request: pytest.FixtureRequest) -> str:
+    """The backend under test, set up (idempotent: a no-op once cached)."""
+    backend = str(request.param)
+    if backend == "build" and not (server_path().is_file() or os.environ.get(BUILD_GATE)):
+        pytest.skip(f"source build not cached; {BUILD_GATE}=1 builds it (minutes)")
+    setup(MODEL, log=lambda line: None, build=backend == "build")
+    return backend
 
 
 def test_missing_binary_and_model_say_what_to_run(tmp_path):
@@ -40,7 +50,10 @@ def test_missing_binary_and_model_say_what_to_run(tmp_path):
 
 @pytest.mark.integration
 async def test_n_choices_and_parallel_requests(installed):
-    async with LocalServer(MODEL, parallel=4) as srv, LLMClient(srv.base_url, srv.model_name) as c:
+    async with (
+        LocalServer(MODEL, parallel=4, backend=installed) as srv,
+        LLMClient(srv.base_url, srv.model_name) as c,
+    ):
         res = await c.chat(MSG, n=3, max_tokens=24, temperature=0.8, seed=1)
         assert len(res.choices) == 3 and all(ch.text for ch in res.choices)
         assert res.usage.prompt_tokens > 0 and res.usage.completion_tokens > 0
@@ -52,7 +65,10 @@ async def test_n_choices_and_parallel_requests(installed):
 
 @pytest.mark.integration
 async def test_stream_then_requests_survive_the_server_closing_the_connection(installed):
-    async with LocalServer(MODEL, parallel=2) as srv, LLMClient(srv.base_url, srv.model_name) as c:
+    async with (
+        LocalServer(MODEL, parallel=2, backend=installed) as srv,
+        LLMClient(srv.base_url, srv.model_name) as c,
+    ):
         for _ in range(3):
             events = [e async for e in c.stream(MSG, max_tokens=16, seed=0)]
             assert events[-1].done and "".join(e.delta for e in events).strip()
@@ -65,7 +81,10 @@ async def test_one_full_rse_round_with_real_distillation(installed):
         rounds=1, k=2, max_tokens=160, distill_max_tokens=1024, distill_retries=0, seed=3,
         distill_final_round=True,  # one round: distill it anyway, that is what is tested here
     )  # fmt: skip
-    async with LocalServer(MODEL, parallel=2) as srv, LLMClient(srv.base_url, srv.model_name) as c:
+    async with (
+        LocalServer(MODEL, parallel=2, backend=installed) as srv,
+        LLMClient(srv.base_url, srv.model_name) as c,
+    ):
         rse = RSE(c, Encoder(providers=["CPUExecutionProvider"]), cfg)
         result = await rse.solve("What is 12 + 30?", gold="42")
     r1 = result.rounds[0]
@@ -91,7 +110,10 @@ async def test_a_fresh_clients_first_capped_call_holds_what_the_template_adds(in
     ``/apply-template`` and ``/tokenize`` count it before the first capped call, so a budget
     that lets the call run into its cap is not overrun (the default margin would be)."""
     msg = [{"role": "user", "content": "Count from 1 to 500, one number per line."}]
-    async with LocalServer(MODEL, parallel=1) as srv, LLMClient(srv.base_url, srv.model_name) as c:
+    async with (
+        LocalServer(MODEL, parallel=1, backend=installed) as srv,
+        LLMClient(srv.base_url, srv.model_name) as c,
+    ):
         counted = await server_prompt_tokens(c.transport, c.build_body(msg))
         estimate = count_prompt_tokens(msg, c.count_tokens)
         assert counted is not None and PromptMargin().reserve(estimate) < counted
@@ -104,7 +126,7 @@ async def test_a_fresh_clients_first_capped_call_holds_what_the_template_adds(in
 
 @pytest.mark.integration
 async def test_server_is_stopped_even_when_the_body_fails(installed):
-    server = LocalServer(MODEL, parallel=1)
+    server = LocalServer(MODEL, parallel=1, backend=installed)
     with pytest.raises(RuntimeError, match="boom"):
         async with server:
             pid = server.proc.pid
@@ -127,11 +149,11 @@ def test_a_tampered_llama_cpp_sdist_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.integration
 async def test_log_is_per_model_removed_on_clean_stop_and_kept_when_asked(installed):
-    async with LocalServer(MODEL, parallel=1) as srv:
+    async with LocalServer(MODEL, parallel=1, backend=installed) as srv:
         path = srv.log_path
         assert path.name == f"llama-server-{srv.model_name}.log" and path.exists()
     assert not path.exists()
-    async with LocalServer(MODEL, parallel=1, keep_log=True) as srv:
+    async with LocalServer(MODEL, parallel=1, keep_log=True, backend=installed) as srv:
         pass
     assert srv.log_path.exists() and "llama-server start" in srv.log_path.read_text()
     srv.log_path.unlink()
@@ -139,7 +161,7 @@ async def test_log_is_per_model_removed_on_clean_stop_and_kept_when_asked(instal
 
 @pytest.mark.integration
 async def test_stop_never_swallows_a_cancellation(installed):
-    srv = await LocalServer(MODEL, parallel=1).start()
+    srv = await LocalServer(MODEL, parallel=1, backend=installed).start()
     proc = srv.proc
     assert proc is not None
     stopping = asyncio.ensure_future(srv.stop())
@@ -211,3 +233,47 @@ def test_fetch_joins_parts_verifies_and_reports_download_percentages(tmp_path, m
     with pytest.raises(IntegrityError, match="sha256"):
         models.fetch_model("tiny", log=heard.append)
     assert not path.exists()
+
+
+def test_a_tampered_prebuilt_wheel_is_refused_and_removed(tmp_path, monkeypatch):
+    from rse_fast.errors import BuildError
+    from rse_fast.local import prebuilt
+
+    monkeypatch.setenv("RSE_FAST_CACHE", str(tmp_path))
+    downloads = tmp_path / "downloads" / "xllamacpp"
+    downloads.mkdir(parents=True)
+    (downloads / prebuilt.WHEEL_NAME).write_bytes(b"not the real wheel")
+    with pytest.raises(BuildError, match="sha256"):
+        prebuilt.install(log=lambda line: None)
+    assert not (downloads / prebuilt.WHEEL_NAME).exists() and not prebuilt.is_installed()
+
+
+def test_the_prebuilt_server_is_offered_only_where_it_runs():
+    from rse_fast.local import prebuilt
+
+    avx2 = {"avx2", "fma", "f16c", "sse4_2"}
+    assert prebuilt.unsupported_reason("Linux", "x86_64", avx2) is None
+    assert "AVX2" in str(prebuilt.unsupported_reason("Linux", "x86_64", {"fma", "f16c"}))
+    assert "Darwin arm64" in str(prebuilt.unsupported_reason("Darwin", "arm64", avx2))
+    assert prebuilt.choose(build=True) == prebuilt.ServerChoice("build", "--build was asked for")
+
+
+def test_an_unset_backend_says_which_setup_to_run(tmp_path, monkeypatch):
+    from rse_fast.local.server import server_prefix
+
+    monkeypatch.setenv("RSE_FAST_CACHE", str(tmp_path))
+    with pytest.raises(LocalServerError, match=r"`rse-fast local setup --build`"):
+        server_prefix("build", None)
+    with pytest.raises(LocalServerError, match=r"no llama.cpp server is set up: run `rse-fast"):
+        server_prefix("auto", None)
+    with pytest.raises(LocalServerError, match="unknown local backend 'gpu'"):
+        server_prefix("gpu", None)
+
+
+@pytest.mark.integration
+async def test_sigterm_stops_the_server_cleanly(installed):
+    srv = await LocalServer(MODEL, parallel=1, backend=installed).start()
+    proc = srv.proc
+    assert proc is not None and srv.backend == installed
+    await srv.stop()
+    assert proc.returncode == 0  # exited on its own, not killed after the grace period

@@ -166,6 +166,7 @@ async def test_auth_size_and_concurrency_limits(tmp_path):
             api_keys=ServeConfig.keys_from(path=str(keys)),
             max_body_bytes=2000,
             per_key_concurrency=1,
+            queue_timeout_s=0.0,  # refuse at once: the queue is tested below
         )
         async with service(up, **cfg) as (_, url), aiohttp.ClientSession() as s:
             body = {"model": "scripted", "messages": MSG}
@@ -189,6 +190,70 @@ async def test_auth_size_and_concurrency_limits(tmp_path):
             assert limited.headers["Retry-After"] == "1"
             async with s.get(url.removesuffix("/v1") + "/health") as r:
                 assert r.status == 200  # health needs no key
+
+
+async def test_a_caller_over_its_limit_waits_in_the_queue_before_a_429():
+    async with ScriptedServer(default_reply=reply, latency=0.3) as up:
+        async with (
+            service(up, per_key_concurrency=16) as (svc, url),
+            aiohttp.ClientSession() as s,
+        ):
+            body = {"model": "scripted", "messages": MSG}
+
+            async def call() -> int:
+                async with s.post(url + "/chat/completions", json=body) as r:
+                    await r.read()
+                    return r.status
+
+            statuses = await asyncio.gather(*(call() for _ in range(32)))
+            assert statuses == [200] * 32  # 16 served, 16 waited a little, none bounced
+            assert svc.metrics.queue.queued == 16 and svc.metrics.queue.waiting == 0
+            async with s.get(url.removesuffix("/v1") + "/metrics") as r:
+                assert "rse_fast_queued_total 16" in await r.text()
+    async with ScriptedServer(default_reply=reply, latency=1.5) as up:
+        async with (
+            service(up, per_key_concurrency=1, queue_timeout_s=0.2) as (svc, url),
+            aiohttp.ClientSession() as s,
+        ):
+
+            async def timed() -> tuple[int, float, str]:
+                t0 = asyncio.get_running_loop().time()
+                async with s.post(url + "/chat/completions", json=body) as r:
+                    text = await r.text()
+                    return r.status, asyncio.get_running_loop().time() - t0, text
+
+            (a, _, _), (b, waited, text) = await asyncio.gather(timed(), timed())
+            assert (a, b) == (200, 429) and "after waiting in the queue" in text
+            assert 0.2 <= waited < 1.4  # refused when the wait ran out, not when a slot freed
+            assert svc.metrics.queue.timed_out == 1
+
+
+async def test_the_gate_serves_waiters_in_order_and_a_cancelled_waiter_keeps_nothing():
+    from rse_fast.serve.auth import Gate
+
+    gate = Gate([], per_key=1, total=2, queue_s=5.0)
+    await gate.enter("a")
+    order: list[str] = []
+
+    async def wait(bucket: str, name: str) -> None:
+        await gate.enter(bucket)
+        order.append(name)
+
+    first = asyncio.ensure_future(wait("a", "a1"))
+    second = asyncio.ensure_future(wait("a", "a2"))
+    other = asyncio.ensure_future(wait("b", "b1"))  # its own bucket has room: not held back
+    await asyncio.sleep(0.01)
+    assert order == ["b1"] and gate.in_use == 2
+    gate.leave("b")
+    gate.leave("a")
+    await asyncio.sleep(0.01)
+    assert order == ["b1", "a1"] and gate.in_use == 1
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    gate.leave("a")
+    assert gate.in_use == 0 and gate.stats.waiting == 0
+    await asyncio.gather(first, other)
 
 
 @pytest.mark.parametrize(

@@ -292,8 +292,9 @@ def test_cli_refuses_public_bind_without_keys_and_never_takes_the_env_key(monkey
 
 
 async def test_global_cap_refuses_before_the_body_is_read():
+    cfg = dict(max_concurrency=2, per_key_concurrency=10, queue_timeout_s=0.0)  # no queue
     async with ScriptedServer(default_reply="ok", latency=0.5) as up:
-        async with service(up, max_concurrency=2, per_key_concurrency=10) as (_, url):
+        async with service(up, **cfg) as (_, url):
             async with aiohttp.ClientSession() as s:
 
                 async def call(client_ip: str) -> int:
@@ -305,6 +306,22 @@ async def test_global_cap_refuses_before_the_body_is_read():
                 statuses = await asyncio.gather(*(call(str(i)) for i in range(5)))
     assert sorted(statuses) == [200, 200, 429, 429, 429]
     assert len(up.requests) == 2
+
+
+async def test_global_cap_queues_callers_of_every_bucket():
+    async with ScriptedServer(default_reply="ok", latency=0.3) as up:
+        async with service(up, max_concurrency=2, per_key_concurrency=10) as (svc, url):
+            async with aiohttp.ClientSession() as s:
+
+                async def call() -> int:
+                    async with s.post(url + "/v1/chat/completions", json={
+                        "model": "m", "messages": MSG
+                    }) as r:  # fmt: skip
+                        await r.read()
+                        return r.status
+
+                statuses = await asyncio.gather(*(call() for _ in range(5)))
+            assert statuses == [200] * 5 and svc.metrics.queue.queued == 3
 
 
 async def test_rse_against_a_server_that_ignores_stream_still_builds_its_bank():
