@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from rse_fast.errors import LLMBadRequestError, LLMError
+from rse_fast.errors import LLMBadRequestError, LLMError, LLMHTTPError
 from rse_fast.llm.cost import ServerSpeed
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
 from rse_fast.llm.meter import BudgetCap, Grant, PromptMargin
@@ -282,12 +282,21 @@ class LLMClient:
                     role, exc, time.perf_counter() - t0, exc.endpoint or "", task
                 )
                 result = await self._chat_n(without_logprobs(body), n, grant)
-        except LLMError as exc:
+        except LLMHTTPError as exc:  # the server answered with an error: it generated nothing
             self._release(grant)
             self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
             raise
-        except BaseException:
-            self._release(grant)
+        except LLMError as exc:  # no reply came: what the server did is bounded, not known
+            bound = self._unanswered(body, n, estimate)
+            self._release(grant, bound.total_tokens)
+            self.ledger.record_error(
+                role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound
+            )
+            raise
+        except BaseException as exc:  # cancelled (a stop no longer waits for it)
+            bound = self._unanswered(body, n, estimate)
+            self._release(grant, bound.total_tokens)
+            self.ledger.record_error(role, exc, time.perf_counter() - t0, "", task, bound)
             raise
         self._settle(grant, result.usage, estimate, result.requests)
         self.ledger.record_usage(role, result.usage, result.latency_s, result.endpoint, n, task)
@@ -370,6 +379,15 @@ class LLMClient:
             if grant is not None and self.cap is not None:
                 self.cap.release(grant, usage.total_tokens)
             self.ledger.record_usage(role, usage, time.perf_counter() - t0, endpoint, task=task)
+
+    def _unanswered(self, body: dict[str, Any], n: int, estimate: int) -> Usage:
+        """What a call that got no reply is booked at: the prompt and every completion token
+        it asked for (as reserved: a cap cut ``max_tokens`` to fit). A server that went on
+        generating after the caller left spent at most that; booking less could let a cap
+        be overrun by work nobody waits for."""
+        prompt = estimate or self._prompt_estimate(body)
+        completion = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+        return Usage(prompt * n, completion * n, "bound")
 
     def _release(self, grant: Grant | None, spent: int = 0) -> None:
         if grant is not None and self.cap is not None:

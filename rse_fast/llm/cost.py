@@ -185,11 +185,13 @@ def paid_lines(ledger: dict[str, Any], price: CostModel | None = None) -> list[t
         )
     timed = ledger.get("server_time_s")
     if timed:
+        # a checker's records are booked for their seconds, but they are no LLM calls
+        calls = ledger.get("calls", 0) - ledger.get("roles", {}).get("check", {}).get("calls", 0)
         lines.append(
             (
                 "server time",
                 f"prefill {timed['prefill']:.1f} s, decode {timed['decode']:.1f} s, summed over "
-                f"{timed['calls']} of {ledger.get('calls', 0)} calls (parallel calls overlap)",
+                f"{timed['calls']} of {calls} calls (parallel calls overlap)",
             )
         )
     if price is not None:

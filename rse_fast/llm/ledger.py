@@ -135,18 +135,22 @@ class Ledger:
         latency_s: float,
         endpoint: str,
         task: str | None = None,
+        bound: Usage | None = None,
     ) -> None:
+        """A call that ended in ``error``; ``bound``: what it may have cost although no usage
+        came (a call cancelled or cut off after it was sent), booked as its tokens."""
         self.record(
             CallRecord(
                 role=role,
-                prompt_tokens=0,
-                completion_tokens=0,
+                prompt_tokens=bound.prompt_tokens if bound else 0,
+                completion_tokens=bound.completion_tokens if bound else 0,
                 latency_s=latency_s,
                 endpoint=endpoint,
                 n=0,
                 ok=False,
-                error=f"{type(error).__name__}: {error}",
+                error=f"{type(error).__name__}: {error}" if str(error) else type(error).__name__,
                 task=task,
+                usage_source=bound.source if bound else "reported",
             )
         )
 

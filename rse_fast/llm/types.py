@@ -11,7 +11,9 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 Message = dict[str, Any]
-UsageSource = Literal["reported", "estimated", "corrected", "reused"]
+#: "bound": a call that ended without a reply (cancelled, timed out, cut off): the server may
+#: have generated up to what was reserved for it, and that bound is what is booked
+UsageSource = Literal["reported", "estimated", "corrected", "reused", "bound"]
 
 
 @dataclass(frozen=True, kw_only=True)

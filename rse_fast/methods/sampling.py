@@ -68,9 +68,25 @@ async def sample_online(
     a plain sample that teaches the gate; after it, a streamed one stopped the moment its
     window confidence falls below the threshold. A stopped sample's tokens are booked (the
     stream's estimate) and it has no answer, so it does not vote."""
-    rule = gate.rule
     if not gate.ready():
-        return await sample(method, client, problem, i, confidence=rule, on_logprobs=gate.learn)
+        return await sample(
+            method, client, problem, i, confidence=gate.rule, on_logprobs=gate.learn
+        )
+    return await sample_streamed(method, client, problem, i, gate.rule, gate)
+
+
+async def sample_streamed(
+    method: Method,
+    client: LLMClient,
+    problem: Problem,
+    i: int,
+    confidence: ConfidenceRule | None = None,
+    gate: OnlineGate | None = None,
+) -> Candidate:
+    """One sample, streamed: what a stop that cancels it had cost is what it had streamed
+    (a whole-reply call cancelled is booked at its reservation, since the server may go on
+    generating). With a ``gate``, stopped the moment its window confidence falls below the
+    gate's threshold (no answer then, so no vote)."""
     text: list[str] = []
     thought: list[str] = []
     confidences: list[float] = []
@@ -81,8 +97,8 @@ async def sample_online(
         seed=method.seed + i,
         temperature=method.temperature,
         max_tokens=method.max_tokens,
-        logprobs=True,
-        top_logprobs=rule.top_logprobs,
+        logprobs=True if confidence else None,
+        top_logprobs=confidence.top_logprobs if confidence else None,
     )
     stopped = False
     try:
@@ -90,21 +106,22 @@ async def sample_online(
             text.append(event.delta)
             thought.append(event.reasoning)
             confidences += token_confidences(event.logprobs) or []
-            if gate.unsure(confidences):
+            if gate is not None and gate.unsure(confidences):
                 stopped = True
                 break
     finally:
         await stream.aclose()
     cost = task_tokens(client.ledger, f"c{i}")  # this sample's calls alone
-    if stopped:
+    if stopped and gate is not None:
         gate.stopped += 1
         return Candidate(text="".join(text), cost=cost, origin="stopped-unsure")
     cand = problem.candidate(
         "".join(text), cost=cost, origin="sample", reasoning="".join(thought) or None
     )
-    summary = rollout_confidence(confidences, rule.window, rule.window)
-    if summary is not None:
-        cand.scores["confidence"] = summary.measure(rule.measure)
+    if confidence is not None:
+        summary = rollout_confidence(confidences, confidence.window, confidence.window)
+        if summary is not None:
+            cand.scores["confidence"] = summary.measure(confidence.measure)
     return cand
 
 

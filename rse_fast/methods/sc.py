@@ -9,7 +9,13 @@ from typing import Any
 
 from rse_fast.answers import off_loop
 from rse_fast.methods.base import Method
-from rse_fast.methods.sampling import cut_within, sample, sample_cost, sample_online
+from rse_fast.methods.sampling import (
+    cut_within,
+    sample,
+    sample_cost,
+    sample_online,
+    sample_streamed,
+)
 from rse_fast.methods.types import Candidate, MethodResult, Problem, no_answer
 from rse_fast.methods.voting import (
     ConfidenceRule,
@@ -133,8 +139,17 @@ class SelfConsistency(Method):
         rule = self.confidence
         gate = OnlineGate(rule) if rule is not None and rule.online else None
 
+        # under a stop, samples stream: one the stop cancels is booked at what it streamed,
+        # where a whole-reply call would be booked at its reservation
+        streamed = self.early_stop and not problem.tools
+
+        async def one(i: int) -> Candidate:
+            if streamed:
+                return await sample_streamed(self, c, problem, i, rule)
+            return await sample(self, c, problem, i, confidence=rule)
+
         async def sample_and_check(i: int) -> Candidate:
-            cand = await sample(self, c, problem, i, confidence=rule)
+            cand = await one(i)
             assert problem.visible_check is not None
             await check_visible(cand, problem.visible_check)
             return cand
@@ -144,7 +159,7 @@ class SelfConsistency(Method):
             if gate is not None
             else sample_and_check
             if checks
-            else (lambda i: sample(self, c, problem, i, confidence=rule)),
+            else one,
             run_budget,
             self.planned_cost(estimate),
             self.parallel,

@@ -12,6 +12,12 @@ text and vector (the longest such candidate of the batch wins), keeping the supp
 reject decisions are made exactly as with keep-first, against the bank as it was when the batch
 began; replacements apply after the batch.
 
+**One name per statement.** A statement is never both a pitfall and a proposition. When a new
+statement matches (cosine ≥ its kind's τ) one of the other kind, the stronger side stays and
+the other is taken out: a checker's verdict first (a verified or refuted item beats an
+unchecked one), then support (how many rollouts derived it), then age (the item filed first).
+The loser's decision says ``conflict`` and names the winner.
+
 **Rendering policy.** Experiences are ranked by support (most first), then recency (the round
 that last derived them, newest first), then by when they were first found. The top-ranked
 experiences of both types that fit the token budget are shown, pitfalls first.
@@ -68,8 +74,18 @@ class Decision:
     rollout: int
     position: int
     replaced: bool = False
+    #: accepted by its own kind, then taken out because the other kind holds the same
+    #: statement with stronger evidence (``matched`` names it)
+    conflict: bool = False
     verdict: str = "unchecked"  # the task checker's, as on the candidate
     evidence: str = ""
+
+
+def _strength(entry: _Entry) -> tuple[bool, int, int, int, int]:
+    """What settles a conflict between a pitfall and a proposition: checked, then support,
+    then age (earlier round, rollout, position)."""
+    e = entry.experience
+    return (e.verdict in ("verified", "refuted"), entry.support, -e.round, -e.rollout, -e.position)
 
 
 @dataclass
@@ -151,11 +167,51 @@ class ExperienceBank:
                 if not -1.0 < float(t) <= 1.0:
                     raise ValueError(f"tau for {kind} must be in (-1, 1], got {t}")
         decisions: list[Decision | None] = [None] * len(candidates)
+        n0: dict[str, int] = {k: len(self._entries[k]) for k in KINDS}
         for kind, idx in groups.items():
             if idx:
                 for i, d in self._add_kind(kind, idx, candidates, vectors, tau[kind]).items():
                     decisions[i] = d
+        lost = self._settle_conflicts(n0, tau)
+        for i, decided in enumerate(decisions):
+            if decided is not None and id(candidates[i]) in lost:
+                winner, sim = lost[id(candidates[i])]
+                decisions[i] = replace(
+                    decided, accepted=False, conflict=True, matched=winner, similarity=sim
+                )
         return [d for d in decisions if d is not None]
+
+    def _settle_conflicts(
+        self, n0: dict[str, int], tau: dict[str, float]
+    ) -> dict[int, tuple[str, float]]:
+        """Take out the weaker side wherever a statement filed in this batch matches one of the
+        other kind (see the module docstring); returns, by ``id`` of each experience taken
+        out, the text that won and their similarity."""
+        lost: dict[int, tuple[str, float]] = {}
+        for kind in KINDS:
+            other = "positive" if kind == "negative" else "negative"
+            row = n0[kind]
+            while row < len(self._entries[kind]) and len(self._entries[other]):
+                sims, match = self.indexes[other].max_similarity(
+                    self.indexes[kind].vectors[row : row + 1]
+                )
+                sim, m = float(sims[0]), int(match[0])
+                if sim < tau[kind]:
+                    row += 1
+                    continue
+                entry, rival = self._entries[kind][row], self._entries[other][m]
+                if _strength(entry) > _strength(rival):
+                    lost[id(rival.experience)] = (entry.experience.text, sim)
+                    self._drop(other, m)
+                    n0[other] -= m < n0[other]
+                else:
+                    lost[id(entry.experience)] = (rival.experience.text, sim)
+                    self._drop(kind, row)
+        return lost
+
+    def _drop(self, kind: str, row: int) -> None:
+        del self._entries[kind][row]
+        self.indexes[kind].remove(row)
 
     def _add_kind(
         self,

@@ -3,8 +3,9 @@ statement whether it is verified, refuted or unknown, with its evidence.
 
 A refuted proposition never reaches a prompt: it is dropped, or (``refuted_as_pitfall``)
 filed as a pitfall that states the check's evidence ("81 + 78 = 159, not 3"). A refuted pitfall
-is dropped. Every kept statement carries its verdict and evidence into the bank, and the
-checker's time is booked in the run's ledger (role ``check``: no tokens, its seconds).
+is dropped, and so is a verified one: the step it warns against is right. Every kept
+statement carries its verdict and evidence into the bank, and the checker's time is booked in
+the run's ledger (role ``check``: no tokens, its seconds).
 
 :class:`ArithmeticChecker` re-computes every equation between numbers a statement makes
 (``a op b ... = c``, ``c = a op b``, chains; + - * / and parentheses, as text, LaTeX or

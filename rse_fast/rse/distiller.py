@@ -218,14 +218,18 @@ class Distiller:
         self, found: list[Experience], checks: list[Check], rollout: Check | None = None
     ) -> list[Experience]:
         """Each statement with the checker's verdict: a refuted proposition becomes a pitfall
-        stating the evidence (or is dropped), a refuted pitfall is dropped; a proposition the
-        checker cannot judge alone takes its rollout's verdict (``rollout``: what running
-        the rollout showed). Verdicts are counted (``check_counts``)."""
+        stating the evidence (or is dropped), a refuted pitfall is dropped, and so is a
+        verified one (the step it warns against is right: "4 muffins at $3 cost $12" is no
+        pitfall); a proposition the checker cannot judge alone takes its rollout's verdict
+        (``rollout``: what running the rollout showed). Verdicts are counted
+        (``check_counts``)."""
         kept: list[Experience] = []
         for e, check in zip(found, checks, strict=True):
             if check.verdict == "unknown" and rollout is not None and e.kind == "positive":
                 check = rollout
             self._count(e.kind, check.verdict)
+            if e.kind == "negative" and check.verdict == "verified":
+                continue
             if check.verdict != "refuted":
                 kept.append(replace(e, verdict=check.verdict, evidence=check.evidence))
             elif e.kind == "positive" and self.config.refuted_as_pitfall:

@@ -516,7 +516,8 @@ class RSE:
             release_early(early)
             raise
         returned = time.perf_counter()
-        counters["distills"] += rec.distill != "skipped"
+        # a parse that worked is marked "ok" only when it is filed, below
+        counters["distills"] += parsed is not None or rec.distill != "skipped"
         if parsed is None:
             counters["unparseable"] += rec.distill in ("unparseable", "failed")
             report()

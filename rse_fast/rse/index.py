@@ -213,6 +213,19 @@ class SimilarityIndex:
             self._digests[row] = digest
             self._row_of_digest.setdefault(digest, row)
 
+    def remove(self, row: int) -> None:
+        """Take stored row ``row`` out; the rows after it move up by one (how the bank drops
+        the losing side of a pitfall/proposition conflict)."""
+        with self._lock:
+            if not 0 <= row < self._n:
+                raise ValueError(f"row {row} is not a stored row (the index has {self._n})")
+            self._rows[row : self._n - 1] = self._rows[row + 1 : self._n]
+            self._digests[row : self._n - 1] = self._digests[row + 1 : self._n]
+            self._n -= 1
+            self._row_of_digest = {}
+            for i, d in enumerate(self._digests[: self._n].tolist()):
+                self._row_of_digest.setdefault(d, i)
+
     def extend(self, vectors: object, keys: Sequence[str | bytes] | None = None) -> np.ndarray:
         """Append rows without deduplication (bulk loading); returns their row ids."""
         unit = normalize_rows(vectors, self._dim)

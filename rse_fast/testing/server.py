@@ -266,6 +266,11 @@ class ScriptedServer:
     #: the ``usage`` object of every reply sent (a stream's usage chunk included)
     usages: list[dict[str, Any]] = field(default_factory=list)
     held: list[float] = field(default_factory=list)  # seconds each request was in the handler
+    #: tokens the server worked through for each chat request (its prompt and what it
+    #: generated), whether or not the reply reached the caller: a whole reply is generated
+    #: to its end even when the caller left (as a server that does not watch the connection
+    #: does); a stream stops at the first write that finds the caller gone
+    served: list[int] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
 
@@ -450,16 +455,17 @@ class ScriptedServer:
         i = len(self.requests)
         self.requests.append(body)
         self.held.append(0.0)
+        self.served.append(0)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            return await self._answer(request, body, self._fault(i, body))
+            return await self._answer(request, body, self._fault(i, body), i)
         finally:
             self.in_flight -= 1
             self.held[i] = time.perf_counter() - t0
 
     async def _answer(
-        self, request: web.Request, body: dict[str, Any], fault: Fault | None
+        self, request: web.Request, body: dict[str, Any], fault: Fault | None, i: int
     ) -> web.StreamResponse:
         delay = self.latency(self._rng) if callable(self.latency) else self.latency
         if fault is not None and fault.kind == "slow":
@@ -491,8 +497,10 @@ class ScriptedServer:
         if body.get("stream") and not (fault is not None and fault.kind == "json_for_stream"):
             if self.stream_tokens_per_s:  # what the stream's pacing will add, for benchmarks
                 self.delays[slot] += replies[0].tokens / self.stream_tokens_per_s
-            return await self._stream(request, body, replies[0], fault)
+            self.served[i] = self.prompt_tokens(body)  # then each piece as it is written
+            return await self._stream(request, body, replies[0], fault, i)
         counts = [r.tokens for r in replies]
+        self.served[i] = self.prompt_tokens(body) + sum(counts)
         top = max(1, int(body.get("top_logprobs") or 1))
         if self.stream_tokens_per_s:  # a whole reply arrives when its generation ends
             decode = max(counts) / self.stream_tokens_per_s
@@ -576,7 +584,12 @@ class ScriptedServer:
         return payload
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], reply: Reply, fault: Fault | None
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        reply: Reply,
+        fault: Fault | None,
+        i: int,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -614,6 +627,8 @@ class ScriptedServer:
                 raise ConnectionResetError(f"scripted {fault.kind} mid-stream")
             await resp.write(f"data: {json.dumps(data)}\n\n".encode())
             sent += 1
+            if delta.get("content") or delta.get(reply.reasoning_field):
+                self.served[i] += 1  # a generated piece is one token here
             if gap and "role" not in delta and finish is None:
                 paced += 1
                 wait = start + paced * gap - loop.time()

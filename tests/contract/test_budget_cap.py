@@ -311,3 +311,53 @@ async def test_under_a_cap_rse_later_rounds_buy_only_whole_rollouts(encoder):
             later = limits[len([r for r in res.meta["pool_rounds"] if r == 1]) :]
             cut += [(budget, x) for x in later if x is not None and x < MAX_TOKENS / 2]
     assert not cut, cut
+
+
+def answers_at_different_speeds(body: dict, index: int) -> str:
+    """Every sample answers 42, the later seeds at greater length: a stop settles while the
+    long ones are still being generated."""
+    seed = int(body.get("seed") or 0)
+    return " ".join([FILLER] * (1 + 6 * (seed % 4))) + " So the answer is \\boxed{42}."
+
+
+async def test_a_stop_books_what_the_server_generated_for_the_calls_it_cancelled():
+    """sc's stop cancels the calls in flight; the server had generated part of them (a stream
+    stops when its caller leaves). The ledger, and so the cap, books at least what the server
+    worked through, and the cap holds counting it."""
+    budget = 4000
+    async with (
+        ScriptedServer(default_reply=answers_at_different_speeds, stream_tokens_per_s=400) as srv,
+        LLMClient(srv.base_url, "m") as client,
+    ):
+        method = make_method("sc", stop_epsilon=0.2, parallel=4, max_tokens=MAX_TOKENS,
+                             budget_mode="cap")  # fmt: skip
+        run = await method.run(Problem("p", PROBLEM, GOLD), budget, client)
+    served = sum(srv.served)
+    assert run.meta["early_stop"]["cancelled"] >= 1
+    assert run.ledger.total_tokens >= served  # nothing the server did goes unbooked
+    assert served <= budget
+
+
+async def test_a_whole_reply_call_cancelled_is_booked_at_its_reservation():
+    """A call cancelled before its reply came: the server may generate to the end (the
+    fixture does), so the ledger and the cap book the reservation, never less than that."""
+    import asyncio
+
+    async with (
+        ScriptedServer(default_reply=" ".join([FILLER] * 12), stream_tokens_per_s=100) as srv,
+        LLMClient(srv.base_url, "m") as client,
+    ):
+        cap = BudgetCap(2000)
+        capped = client.with_cap(cap)
+        call = asyncio.ensure_future(
+            capped.chat([{"role": "user", "content": PROBLEM}], max_tokens=MAX_TOKENS)
+        )
+        await asyncio.sleep(0.2)  # sent, and being generated
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.sleep(1.0)  # the server finishes what nobody waits for
+    booked = capped.ledger.total_tokens
+    assert srv.served[0] > 0 and booked >= srv.served[0]
+    assert capped.ledger.records[-1].usage_source == "bound"
+    assert cap.settled >= booked and cap.reserved == 0

@@ -291,6 +291,21 @@ def test_solve_check_arithmetic_recomputes_claims_and_says_what_it_found(capsys,
     assert all("27 + 15 = 42, not 32" in p for p in guided)  # as a pitfall, with its evidence
 
 
+def test_solve_checks_arithmetic_by_default_on_a_problem_with_numbers(capsys):
+    with threaded_server(default_reply=claims_reply) as srv:
+        base = ["solve", PROBLEM, "--base-url", srv.base_url, "--k", "2", "--rounds", "2",
+                "--quiet", "--settle-margin", "off", "--json"]  # fmt: skip
+        assert cli.main(base) == 0
+        checked = json.loads(capsys.readouterr().out)
+        assert cli.main([*base, "--check", "none"]) == 0
+        unchecked = json.loads(capsys.readouterr().out)
+        assert cli.main([*base[:1], "Name a colour.", *base[2:]]) == 0
+        wordy = json.loads(capsys.readouterr().out)
+    assert any(ch.isdigit() for ch in PROBLEM)
+    assert checked["checks"] == {"refuted": 2, "verified": 2}
+    assert unchecked["checks"] is None and wordy["checks"] is None
+
+
 def test_a_budget_that_buys_no_distillation_says_so_and_what_it_lacked(capsys):
     """Under a cap each guided call holds its ``max_tokens`` until it ends, so a small budget
     with a large ``--max-tokens`` buys round 1 no distillation: RSE is then majority vote in

@@ -29,8 +29,58 @@ def test_add_dedups_per_kind_and_explains():
     assert [d.accepted for d in decisions] == [True, True, False]
     assert decisions[2].matched == "a" and decisions[2].similarity == pytest.approx(1.0)
     assert bank.sizes() == {"negative": 1, "positive": 1}
-    # the same vector is fine in the other kind: kinds are deduplicated separately
-    assert bank.add([exp("a", "positive")], v[:1], TAU)[0].accepted
+    # the same statement under the other name is a conflict: the pitfall already filed has
+    # as much support (one rollout) and is older, so the new proposition is not filed
+    late = bank.add([exp("a", "positive", 2)], v[:1], TAU)[0]
+    assert (late.accepted, late.conflict, late.matched) == (False, True, "a")
+    assert bank.sizes() == {"negative": 1, "positive": 1}
+
+
+def test_a_statement_under_both_names_keeps_the_side_with_more_support():
+    """The demo's case: rollouts file one sentence as a pitfall (4 of them) and as a
+    proposition (6 of them) in the same round; only the proposition stays."""
+    bank = ExperienceBank(8)
+    v = unit(2)
+    cands = [exp("muffins: 4 at $3", "negative", r) for r in range(4)]
+    cands += [exp("muffins: 4 at $3", "positive", r) for r in range(4, 10)]
+    cands += [exp("other", "negative", 0, 1)]
+    decisions = bank.add(cands, np.stack([v[0]] * 10 + [v[1]]), TAU)
+    assert bank.texts("positive") == ["muffins: 4 at $3"] and bank.texts("negative") == ["other"]
+    assert bank.support("positive") == [6]
+    assert sum(d.accepted for d in decisions) == len(bank) == 2
+    assert [d.conflict for d in decisions].count(True) == 1
+    # a later round's single pitfall of the same statement loses to support 6
+    again = bank.add([exp_r("muffins: 4 at $3", "negative", 2)], v[:1], TAU)[0]
+    assert again.conflict and bank.sizes() == {"negative": 1, "positive": 1}
+
+
+def test_a_checked_statement_beats_support_and_an_older_item_leaves_the_bank():
+    bank = ExperienceBank(8)
+    v = unit(1)
+    bank.add([exp("step", "negative", r) for r in range(3)], np.repeat(v, 3, axis=0), TAU)
+    verified = Experience(text="step", kind="positive", round=2, rollout=0, position=0,
+                          verdict="verified", evidence="re-computed: 4 * 3 = 12")  # fmt: skip
+    d = bank.add([verified], v, TAU)[0]
+    assert d.accepted and not d.conflict
+    assert bank.sizes() == {"negative": 0, "positive": 1}  # the unchecked pitfall is out
+    assert bank.items["positive"][0].verdict == "verified"
+
+
+def test_no_statement_is_ever_in_both_lists():
+    rng = np.random.default_rng(7)
+    base = unit(6, seed=3)
+    for seed in range(10):  # random batches drawn from a few statements, both kinds
+        bank = ExperienceBank(8)
+        for r in range(1, 4):
+            picks = rng.integers(0, len(base), size=8)
+            kinds = rng.choice(["negative", "positive"], size=8)
+            pairs = enumerate(zip(picks, kinds, strict=True))
+            cands = [exp_r(f"s{p}", str(k), r, i) for i, (p, k) in pairs]
+            bank.add(cands, base[picks], TAU)
+            assert not set(bank.texts("negative")) & set(bank.texts("positive")), seed
+            neg, pos = bank.indexes["negative"].vectors, bank.indexes["positive"].vectors
+            if len(neg) and len(pos):
+                assert float((neg @ pos.T).max()) < TAU["positive"]
 
 
 def test_bad_input_leaves_the_bank_unchanged():

@@ -271,3 +271,23 @@ def test_a_passing_rollout_files_its_code_only_when_asked_and_without_its_docstr
     too_long = VisibleResult(True, code=PASSING + "\n" + "x = 1\n" * 400, examples=1)
     assert CodeExamplesChecker(lambda text: too_long, file_passing=True).observe("r").items == []
     assert bare_function("def broken(:") is None
+
+
+def distiller_blames_a_right_step(body: dict, index: int) -> str:
+    if is_distill(body):
+        pitfalls = [f"Pitfall: {RIGHT}", "Forgetting to subtract what was given away."]
+        return json.dumps({"positive": [], "negative": pitfalls})
+    return scripted_reply(body, index)
+
+
+async def test_a_pitfall_whose_arithmetic_checks_out_is_not_filed(encoder):
+    """A small distiller files correct steps as pitfalls; the checker re-computes the step,
+    and a right step is no pitfall of making it."""
+    async with ScriptedServer(default_reply=distiller_blames_a_right_step) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=2, k=2)
+        rse.checker = ArithmeticChecker()
+        async with rse.client:
+            await rse.solve(PROBLEM, gold=GOLD, keep_bank=True)
+    negatives = [e.text for e in rse.bank.items["negative"]]
+    assert negatives == ["Forgetting to subtract what was given away."]
+    assert rse.distiller.check_counts_by_kind["negative"]["verified"] == 4  # 2 rounds x 2

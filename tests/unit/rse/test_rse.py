@@ -722,3 +722,16 @@ async def test_a_budgeted_run_resumes_where_it_was_cut_and_spends_as_if_never_cu
         async with LLMClient(srv.base_url, "scripted", retry=FAST) as c:
             with pytest.raises(ValueError, match="loop state this version cannot read"):
                 await method(checkpoint_dir=ckpt, resume=True).run(problem, budget, c)
+
+
+async def test_progress_counts_the_distillations_that_were_done(encoder):
+    """A round whose rollouts were all distilled says so (it printed 0/k while the bank grew)."""
+    seen = []
+    async with ScriptedServer(default_reply=reply) as srv:
+        rse = make_rse(srv.base_url, encoder, rounds=2, k=3)
+        rse.progress = seen.append
+        async with rse.client:
+            result = await rse.solve(PROBLEM, gold=GOLD)
+    done = [p for p in seen if p.round_done]
+    distilled = [sum(x.distill == "ok" for x in r.rollouts) for r in result.rounds]
+    assert distilled[0] == 3 and [p.distills_done for p in done] == distilled
