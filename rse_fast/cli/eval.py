@@ -27,8 +27,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("paths", nargs="*", help="report: results directories or files to merge")
     p.add_argument(
         "--methods",
-        default="sc,bon,beam,particle,refine,fusion,rse",
-        help="comma-separated families (sc, bon, beam, particle, refine, fusion, rse, "
+        default="sc,sc+stop,bon,beam,particle,refine,fusion,rse",
+        help="comma-separated families (default: every family, and sc+stop, the vote the "
+        "service and the README use by default, beside plain sc) (sc, bon, beam, particle, "
+        "refine, fusion, rse, "
         "reflexion, rse:<variant>), each optionally with +stop (stop once the vote is "
         "settled), +conf (vote weighted by token confidence), +conf-online, +filter (sc, bon: "
         "pick among candidates passing a code problem's stated examples), +check (rse: run "

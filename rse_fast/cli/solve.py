@@ -421,7 +421,7 @@ async def solve_within(
     import time
 
     from rse_fast.methods import Problem
-    from rse_fast.methods.catalog import STOP_EPSILON
+    from rse_fast.methods.defaults import STOP_EPSILON
     from rse_fast.methods.rse_method import RSEMethod
     from rse_fast.rse.results import RSEResult
 

@@ -207,6 +207,9 @@ class Method(abc.ABC):
     takes_tools: ClassVar[bool] = False
     #: the service request fields this family reads in :meth:`request_options`
     request_fields: ClassVar[frozenset[str]] = frozenset()
+    #: what the service sends when a request leaves a field out: the rule the measurements
+    #: chose (a request turns it off by sending the field as null)
+    service_defaults: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
     def request_options(

@@ -12,6 +12,7 @@ from typing import Any
 
 from rse_fast.errors import UnknownOptionError
 from rse_fast.methods.base import Method
+from rse_fast.methods.defaults import ONLINE_KEEP, STOP_EPSILON
 
 #: name -> (module, class) of each family.
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -42,13 +43,6 @@ class _Families(Mapping[str, type[Method]]):
 
 
 METHODS: Mapping[str, type[Method]] = _Families()
-
-#: The statistical stop's ε where a name asks for ``+stop``: the frontier's dev cell chose it
-#: (bench/results/frontier.json, ``chosen_on_dev``).
-STOP_EPSILON = 0.1
-#: The share of samples the online confidence rule keeps above its threshold (dev-chosen,
-#: as ``STOP_EPSILON``).
-ONLINE_KEEP = 0.9
 
 
 def _modifier_options(modifier: str) -> dict[str, Any]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from rse_fast.answers import off_loop
 from rse_fast.methods.base import Method
+from rse_fast.methods.defaults import STOP_EPSILON
 from rse_fast.methods.sampling import (
     cut_within,
     sample,
@@ -61,6 +62,9 @@ class SelfConsistency(Method):
     name = "sc"
     takes_tools = True
     request_fields = frozenset({"tool_vote", "stop_epsilon", "confidence"})
+    #: the stop reaches plain sc's accuracy for less (docs/cost-and-stopping.md); sent
+    #: as null, the whole budget is spent
+    service_defaults: ClassVar[Mapping[str, Any]] = {"stop_epsilon": STOP_EPSILON}
     subsamples = True
 
     def __init__(

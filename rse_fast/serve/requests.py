@@ -75,7 +75,8 @@ class MethodRequest:
     tool_choice: str | dict[str, Any] | None = None
     tool_vote: str = "arguments"
     settle_margin: float | None = 1.0  # rse: stop guiding once round 1's vote margin is this
-    #: sc: stop once the vote is settled at 1 - this (Beta criterion); None: spend the budget
+    #: sc: stop once the vote is settled at 1 - this (Beta criterion; by default the measured
+    #: ε); None: spend the budget
     stop_epsilon: float | None = None
     #: sc: filter and weight the vote by the model's token confidence (asks for logprobs)
     confidence: bool = False
@@ -157,9 +158,12 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
                 f"{', '.join(takers)})",
                 param=name,
             )
-    stop_epsilon = body.get("stop_epsilon")
+    # left out: the family's measured default (sc's stop); sent as null: off
+    stop_epsilon = body.get("stop_epsilon", METHODS[prefix].service_defaults.get("stop_epsilon"))
     if stop_epsilon is not None:
-        stop_epsilon = _number(body, "stop_epsilon", float, None, 0.0001, 0.5)
+        stop_epsilon = _number(
+            {"stop_epsilon": stop_epsilon}, "stop_epsilon", float, None, 1e-4, 0.5
+        )
     confidence = body.get("confidence", False)
     if not isinstance(confidence, bool):
         raise RequestError(
@@ -236,13 +240,17 @@ def usage_of(ledger: Ledger) -> dict[str, Any]:
 
 
 def unspent_of(spec: MethodRequest, res: Any) -> dict[str, Any]:
-    """What a stop left of the budget, in its unit (and, in price, what was spent)."""
+    """What a stop left of the budget, in its unit (and, in price, what was spent), and
+    which stop rule ran and whether it stopped the run."""
+    stop = res.meta.get("early_stop")
+    rule = {"stop_rule": stop["rule"], "stopped": stop["stopped"]} if stop else {}
     if spec.budget_unit.unit == "tokens":
-        return {"budget_unspent": max(0, int(spec.budget) - res.tokens)}
+        return {"budget_unspent": max(0, int(spec.budget) - res.tokens), **rule}
     cost = res.meta["cost"]
     return {
         "budget_unspent": cost["unspent"],
         "cost": {"unit": cost["unit"], "spent": cost["spent"]},
+        **rule,
     }
 
 

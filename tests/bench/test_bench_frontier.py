@@ -31,14 +31,43 @@ def test_a_weighted_stop_counts_an_unsure_dissent_for_less():
     """sc with a confidence rule weighs its stop's votes (``beta_settled(weighted=True)``):
     one unsure dissent among sure agreeing samples delays the plain stop, not the weighted."""
     order = [sample("4", 1.0, 4.0), sample("5", 0.0, 0.3)] + [sample("4", 1.0, 4.0)] * 14
-    plain = frontier.Rule("s", 16, stop_epsilon=0.05)
-    weighted = frontier.Rule("s", 16, stop_epsilon=0.05, weighted=True, measure="mean")
+    plain = frontier.Rule("s", 16, stop_epsilon=0.05, schedule="sequential")
+    weighted = frontier.Rule("s", 16, stop_epsilon=0.05, weighted=True, measure="mean",
+                             schedule="sequential")  # fmt: skip
     assert [len(frontier.play(r, order)[1]) for r in (plain, weighted)] == [7, 4]
     assert "sc+stop+conf-weight" in frontier.rules_for(
         16, {"epsilon": 0.1, "weighted_epsilon": 0.2, "keep": 0.5, "measure": "mean",
              "weight_measure": "tail", "online_keep": 0.9, "online_stop_keep": 0.75,
              "online_stop_epsilon": 0.05}
     )  # fmt: skip
+
+
+def test_the_stop_is_replayed_on_the_librarys_schedule_and_charges_what_it_cancelled():
+    """Waves of four, the stop asked as each sample finishes: a long sample in the first
+    wave holds the next wave back. Sliding refills a slot at once, so the stop finds samples
+    running and cancels them: each charged its prompt and what it had generated (time
+    follows completion length). One at a time nothing is ever in flight."""
+    short, long_ = sample("4", 1.0, 3.0, tokens=100), sample("4", 1.0, 3.0, tokens=300)
+    order = [short, short, short, long_, *[short] * 12]  # 50 and 250 completion tokens
+
+    def paid(schedule: str) -> list[dict]:
+        rule = frontier.Rule("s", 16, stop_epsilon=0.05, schedule=schedule)
+        grade, drawn = frontier.play(rule, order)
+        assert grade == 1.0
+        return drawn
+
+    waves, sliding, sequential = paid("waves"), paid("sliding"), paid("sequential")
+    assert len(waves) == 4 and not any(s.get("cancelled") for s in waves)  # settled at the 4th
+    assert [s["completion_tokens"] for s in sequential] == [50, 50, 50, 250]
+    # sliding: 3 short ones end at t=50, three more start; at t=100 the 4th vote settles it,
+    # the long one had run 100 of its 250, the other two new ones all of their 50
+    cut = [s for s in sliding if s.get("cancelled")]
+    assert len(sliding) == 7 and len(cut) == 3
+    assert sorted(s["completion_tokens"] for s in cut) == [50, 50, 100]
+    assert all(s["answer"] is None for s in cut)
+    tokens = {n: sum(frontier.cost(s, "tokens") for s in d)
+              for n, d in (("waves", waves), ("sliding", sliding))}  # fmt: skip
+    assert tokens == {"waves": 4 * 50 + 400, "sliding": 7 * 50 + 400}
 
 
 def test_replay_charges_tokens_and_server_time_per_problem():
@@ -75,7 +104,8 @@ def test_the_online_rule_with_the_stop_cuts_the_unsure_and_stops_once_settled():
     lost = {**sample("5", 0.0, 3.0, tokens=250), "confidence": [3.0] * 40 + [0.5] * 160}
     order = [*sure[:2], lost, *sure[2:], *[sample("4", 1.0, 3.0)] * 11]
     # the cut sample is the third: inside the warm-up it runs whole and votes "5"
-    whole = frontier.Rule("o", 16, keep=0.9, online=True, stop_epsilon=0.05)
+    whole = frontier.Rule("o", 16, keep=0.9, online=True, stop_epsilon=0.05,
+                          schedule="sequential")  # fmt: skip
     grade, paid = frontier.play(whole, order)
     assert grade == 1.0 and len(paid) == 7 and "stopped" not in paid[2]
     late = [*sure, lost, *[sample("4", 1.0, 3.0)] * 11]  # the unsure one after the warm-up

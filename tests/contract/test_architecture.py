@@ -266,20 +266,20 @@ def import_cycles(tree: Tree) -> list[list[str]]:
 #: beam and particle share is its own room).
 # fmt: off
 METHOD_ROOMS: dict[str, set[str]] = {
-    "types": set(), "priors": set(), "judge": {"types"},
+    "types": set(), "priors": set(), "judge": {"types"}, "defaults": set(),
     "waves": {"types"}, "voting": {"types"},
     "base": {"types", "priors", "waves"},
     "sampling": {"base", "types", "voting", "waves"},
     "stepwise": {"base", "judge", "types", "voting", "waves"},
-    "sc": {"base", "sampling", "types", "voting", "waves"},
+    "sc": {"base", "defaults", "sampling", "types", "voting", "waves"},
     "bon": {"base", "judge", "sampling", "types", "voting", "waves"},
     "fusion": {"base", "sampling", "types", "voting", "waves"},
     "refine": {"base", "judge", "sampling", "types", "voting", "waves"},
     "reflexion": {"base", "sampling", "types", "voting", "waves"},
     "beam": {"stepwise", "types"}, "particle": {"stepwise", "types", "waves"},
     "rse_method": {"base", "types", "voting", "waves"},
-    "catalog": {"base", "rse_method", "voting"},  # families by name, imported lazily; the
-    # vote's ConfidenceRule for the +conf-online modifier
+    # families by name, imported lazily; the vote's ConfidenceRule for +conf-online
+    "catalog": {"base", "defaults", "rse_method", "voting"},
 }
 # fmt: on
 

@@ -239,7 +239,7 @@ async def test_every_family_runs_through_one_metered_budget_and_refuses_before_s
 
 
 def test_a_name_adds_modifiers_as_the_reports_name_methods():
-    from rse_fast.methods.catalog import STOP_EPSILON
+    from rse_fast.methods.defaults import STOP_EPSILON
 
     both = make_method("sc+stop+conf")
     assert both.name == "sc+stop+conf" and both.stop_epsilon == STOP_EPSILON

@@ -87,6 +87,26 @@ async def test_rse_details_say_when_the_budget_bought_no_distillation():
     assert fits is None
 
 
+async def test_sc_stops_once_its_vote_is_settled_by_default_and_says_so():
+    """The service's sc carries the measured default (the Beta stop at the dev-chosen ε);
+    usage says which rule ran and what it left; ``stop_epsilon: null`` spends the budget."""
+    from rse_fast.methods.defaults import STOP_EPSILON
+
+    body = {"model": "sc:scripted", "messages": MSG, "k": 4, "budget": 6000, "max_tokens": 64}
+    async with ScriptedServer(default_reply=reply) as up:
+        async with service(up) as (_, url), aiohttp.ClientSession() as s:
+            stopped = await (await s.post(url + "/chat/completions", json=body)).json()
+            calls_stopped = len(up.requests)
+            whole = {**body, "stop_epsilon": None}
+            spent = await (await s.post(url + "/chat/completions", json=whole)).json()
+            calls_whole = len(up.requests) - calls_stopped
+    usage = stopped["usage"]
+    assert usage["stop_rule"] == f"beta, epsilon {STOP_EPSILON}" and usage["stopped"] is True
+    assert usage["budget_unspent"] > 0 and usage["total_tokens"] + usage["budget_unspent"] == 6000
+    assert "stop_rule" not in spent["usage"] and calls_whole > calls_stopped
+    assert spent["usage"]["total_tokens"] > usage["total_tokens"]
+
+
 @pytest.mark.parametrize("cache", ["llama.cpp", "vllm", None])
 async def test_method_reply_carries_the_cache_and_thinking_the_upstream_reported(cache):
     """What a caller pays: a method's usage sums the upstream's own details (the prompt its
