@@ -3,9 +3,10 @@
     python -m bench local_server [--model qwen2.5-coder-0.5b] [--repeats 3]
 
 Both must be set up (`rse-fast local setup` and `rse-fast local setup --build`). Each server is
-started alone (one slot, all cores), warmed up, then timed by the server's own ``timings``:
+started alone (four slots, all cores), warmed up, then timed by the server's own ``timings``:
 prefill on a ~1,000-token prompt with the prompt cache off, decode of 128 tokens with the end of
-sequence ignored; a 4-stream decode adds what the service sees with parallel slots. Servers
+sequence ignored (also with top-5 logprobs asked: what a confidence rule costs decoding); a
+4-stream decode adds what the service sees with parallel slots. Servers
 alternate repeat by repeat so a drift in the machine's speed hits both; the median is kept.
 Writes results/local_server.json; the README says so when the wheel is slower by > 10%.
 """
@@ -52,6 +53,8 @@ async def measure(backend: str, model: str) -> dict[str, float]:
         await completion(session, srv.base_url, {**decode_body, "max_tokens": 8})  # warm-up
         pre = (await completion(session, srv.base_url, prefill_body))["timings"]
         one = (await completion(session, srv.base_url, decode_body))["timings"]
+        asks = {**decode_body, "logprobs": True, "top_logprobs": 5}  # what a confidence rule asks
+        with_logprobs = (await completion(session, srv.base_url, asks))["timings"]
         many = await asyncio.gather(
             *(completion(session, srv.base_url, {**decode_body, "seed": i}) for i in range(4))
         )
@@ -59,6 +62,7 @@ async def measure(backend: str, model: str) -> dict[str, float]:
         "prefill_tok_s": float(pre["prompt_per_second"]),
         "prefill_tokens": float(pre["prompt_n"]),
         "decode_tok_s": float(one["predicted_per_second"]),
+        "decode_top5_logprobs_tok_s": float(with_logprobs["predicted_per_second"]),
         "decode_4_streams_tok_s": sum(float(r["timings"]["predicted_per_second"]) for r in many),
     }
 
@@ -76,12 +80,18 @@ async def run(model: str, repeats: int) -> dict[str, Any]:
         k: medians["prebuilt"][k] / medians["build"][k]
         for k in ("prefill_tok_s", "decode_tok_s", "decode_4_streams_tok_s")
     }
+    # what asking for top-5 logprobs costs decoding (a confidence rule asks for them)
+    logprobs_cost = {
+        b: 1 - medians[b]["decode_top5_logprobs_tok_s"] / medians[b]["decode_tok_s"]
+        for b in BACKENDS
+    }
     return {
         "model": model,
         "repeats": repeats,
         "median": medians,
         "samples": samples,
         "prebuilt_over_build": ratio,
+        "decode_slowdown_with_top5_logprobs": logprobs_cost,
         "prebuilt_slower_by_over_10pct": [k for k, r in ratio.items() if r < 1 - SLOWER_BY],
     }
 

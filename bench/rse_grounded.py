@@ -380,7 +380,32 @@ def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
                 "problems": 0, **out}  # fmt: skip
     diff, ci = paired_difference(a, b)
     return {"rse_checked_vs_sc_filtered": {"diff": diff, "ci95": list(ci)}, "problems": len(a),
+            "rse_checked_vs_sc_filtered_current_rule": current_rule_pair(tests),
             **out}  # fmt: skip
+
+
+def current_rule_pair(tests: list[dict[str, Any]]) -> dict[str, Any]:
+    """rse+check − sc+filter paired by problem under the library's current pick on code (a
+    code reply has no answer to vote on: the earliest candidate that passes). A cell run
+    under the old boxed-answer vote is read through its replayed picks of the same pools
+    (``EARLIEST_RSE`` and ``STOPPED``, the earliest passer of sc's pool)."""
+    a: list[float] = []
+    b: list[float] = []
+    cells = []
+    for c in tests:
+        scores = c["per_problem"]
+        if "rse+check" not in scores:
+            continue
+        old_rule = EARLIEST_RSE in scores
+        rse, sc = (EARLIEST_RSE, STOPPED) if old_rule else ("rse+check", "sc+filter")
+        ids = list(scores[rse])
+        a += [scores[rse][i] for i in ids]
+        b += [scores[sc][i] for i in ids]
+        cells.append({"cell": c["cell"], "rse": rse, "sc": sc})
+    if not a:
+        return {"diff": None, "ci95": [None, None], "problems": 0, "read_as": cells}
+    diff, ci = paired_difference(a, b)
+    return {"diff": diff, "ci95": list(ci), "problems": len(a), "read_as": cells}
 
 
 def summarize() -> dict[str, Any]:

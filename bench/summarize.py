@@ -1,13 +1,14 @@
-"""Every number the READMEs print, from bench/results/*.json: the summary table, the tables
-the benchmarks own, and each inline value of the prose.
+"""Every number the READMEs and the user's pages in docs/ print, from bench/results/*.json:
+the summary table, the tables the benchmarks own, and each inline value of the prose.
 
-    python -m bench summarize           # rewrite README.md and bench/README.md from the JSON
+    python -m bench summarize           # rewrite README.md, bench/README.md, docs/ from the JSON
     python -m bench summarize --check   # exit 1 naming every number that differs (a test runs it)
 
 An inline value is written ``<!--v file.key.sub:fmt-->shown<!--/v-->`` (``fmt`` a Python
 format spec, optional): ``file`` is ``results/file.json``, the keys descend into it (a number
 picks a list item), and ``shown`` is what the reader sees, rewritten from the JSON here. A
-list (an interval) is shown item by item, each in ``fmt``: ``[-0.03, +0.07]``.
+list (an interval) is shown item by item, each in ``fmt``: ``[-0.03, +0.07]``. A ``fmt``
+ending in ``pts`` shows a difference of shares in percentage points: ``+.1pts``.
 A key may hold a colon (a variant such as ``rse:brief``); the spec is what follows the last
 colon, so such a key is written with a spec.
 """
@@ -25,7 +26,11 @@ from bench.common import read_result, replace_readme_block
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 
-DOCS = (ROOT / "README.md", HERE / "README.md")
+#: the user's pages whose numbers come from the JSON (docs/decisions.md is the maintainers'
+#: record of why, with the numbers of its day, and is not re-rendered)
+PAGES = ("methods", "rse", "cost-and-stopping", "service", "cli", "evaluation", "sandbox",
+         "local-models", "develop")  # fmt: skip
+DOCS = (ROOT / "README.md", HERE / "README.md", *(ROOT / "docs" / f"{p}.md" for p in PAGES))
 VALUE = re.compile(
     r"<!--v (?P<ref>[\w.\-+ :]+?)(?::(?P<spec>[^:>]*))?-->(?P<shown>.*?)<!--/v-->", re.S
 )
@@ -250,6 +255,13 @@ ROWS: list[tuple[str, str, str, str]] = [
 
 
 def fmt(v: Any, spec: str = "") -> str:
+    """``v`` in the format spec ``spec``; a spec ending in ``pts`` shows a share's difference
+    in percentage points (``+.1pts``: 0.013 → "+1.3 pts"; an interval "[-0.5, +2.0] pts")."""
+    if spec.endswith("pts"):
+        inner = spec.removesuffix("pts") + "f"
+        if isinstance(v, list):
+            return "[" + ", ".join(format(100 * x, inner) for x in v) + "] pts"
+        return f"{format(100 * v, inner)} pts"
     if isinstance(v, list):  # an interval: each end in the same format
         return "[" + ", ".join(fmt(x, spec) for x in v) + "]"
     if v == "inf":  # JSON has no infinity: a result file writes it as a string
@@ -263,6 +275,12 @@ def fmt(v: Any, spec: str = "") -> str:
     return str(v)
 
 
+#: results measured against the scripted server (a test fixture with injected latencies),
+#: not a model: their rows say so
+SCRIPTED = frozenset({"client_quick", "overhead_quick", "serve", "serve_quick",
+                      "stopping_quick", "peers_quick"})  # fmt: skip
+
+
 def table() -> str:
     loaded = {name: found for name in {r[0] for r in ROWS} if (found := read_result(name))}
     lines = ["| result file | metric | measured | target | meaning |", "|---|---|---|---|---|"]
@@ -270,7 +288,8 @@ def table() -> str:
         value: Any = loaded.get(name, {})
         for part in key.split("."):  # "stress.overhead_fraction": a nested key
             value = value.get(part, "not run") if isinstance(value, dict) else "not run"
-        lines.append(f"| {name}.json | `{key}` | {fmt(value)} | {target} | {meaning} |")
+        said = f"scripted server: {meaning}" if name in SCRIPTED else meaning
+        lines.append(f"| {name}.json | `{key}` | {fmt(value)} | {target} | {said} |")
     # one line per machine, the 1-minute load each file was measured under named beside it
     machines: dict[str, list[str]] = {}
     for name in sorted(loaded):

@@ -292,12 +292,12 @@ def _code_row(r: dict[str, Any], index: int, where: str) -> Problem:
     examples = (
         visible_examples(r["prompt"], entry)
         if stated is None
-        else _stated_examples(stated, entry, where)
+        else stated_examples(stated, entry, where)
     )
     return code_problem(str(r.get("id", index)), r["prompt"], entry, r["test"], examples)
 
 
-def _stated_examples(stated: Any, entry_point: str, where: str) -> list[Example]:
+def stated_examples(stated: Any, entry_point: str, where: str) -> list[Example]:
     """A row's ``visible_tests``: a list of ``"f(2) == 4"`` lines (any arrow the docstring
     reader takes) or ``{"call": "f(2)", "expected": "4"}`` objects, arguments and expected
     values Python literals, so what runs while solving is data; ``[]``: none."""
@@ -317,6 +317,21 @@ def _stated_examples(stated: Any, entry_point: str, where: str) -> list[Example]
             )
         found.append(parsed[0])
     return found
+
+
+def request_code_problem(stub: str, entry_point: str, stated: Any = None) -> Problem:
+    """A code problem a caller sends (the service's ``entry_point`` and ``visible_tests``):
+    ``stub`` is the function to complete; the examples are ``stated`` (as a jsonl row's
+    ``visible_tests``) or, without them, those the stub's docstring states. There are no
+    hidden tests: nothing grades it, the stated examples only check it while solving."""
+    if not entry_point.isidentifier():
+        raise ValueError(f"'entry_point' must be a function name, got {entry_point!r}")
+    examples = (
+        visible_examples(stub, entry_point)
+        if stated is None
+        else stated_examples(stated, entry_point, "the request")
+    )
+    return code_problem("request", stub, entry_point, "", examples)
 
 
 def load_dataset(spec: str, limit: int | None = None, seed: int = 0) -> Dataset:

@@ -82,6 +82,10 @@ class Limits:
     timeout_s: float = 10.0
     memory_mb: int = 1024
     file_mb: int = 16
+    #: all the candidate may write, together (in bubblewrap its only writable place, the
+    #: run's directory and /tmp, is one tmpfs of this size: files there are memory too)
+    disk_mb: int = 64
+    open_files: int = 64
     processes: int = 64
     output_bytes: int = 1 << 20  # stdout + stderr of the candidate; past it, it is killed
     reply_bytes: int = 4 << 20  # one reply of one call
@@ -93,6 +97,9 @@ class Limits:
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"Limits.timeout_s must be above 0 seconds, got {self.timeout_s}")
+        for name in ("memory_mb", "file_mb", "disk_mb", "open_files"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Limits.{name} must be at least 1, got {getattr(self, name)}")
         if not self.call_timeout_s >= 0:
             raise ValueError(
                 f"Limits.call_timeout_s must be 0 (no limit) or more, got {self.call_timeout_s}"
@@ -153,17 +160,26 @@ def interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
-def _bwrap(work: Path, uid: int, readable: Sequence[Path] = ()) -> list[str]:
-    """The namespaces and the minimal read-only view (``sandbox_view``), the run's directory
-    the only writable place, and (as root) a uid of no user for this run alone."""
+def _bwrap(
+    work: Path, uid: int, readable: Sequence[Path] = (), disk_bytes: int = 64 << 20
+) -> list[str]:
+    """The namespaces and the minimal read-only view (``sandbox_view``); one writable place,
+    a tmpfs of ``disk_bytes`` at /tmp holding the run's directory (the run's files bound into
+    it read-only), so everything written counts against one cap; /dev read-only (no
+    /dev/shm to fill); and (as root) a uid of no user for this run alone."""
     drop_uid = os.geteuid() == 0 and shutil.which("setpriv") is not None
     setpriv = shutil.which("setpriv") if drop_uid else None
+    files = [
+        a for f in sorted(work.iterdir()) for a in ("--ro-bind", str(f), f"{SANDBOX_DIR}/{f.name}")
+    ]
     cmd = [
         "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
         "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
         *readonly_view(interpreter(), setpriv),
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *declared_view(readable),
-        "--bind", str(work), SANDBOX_DIR, "--chdir", SANDBOX_DIR, "--clearenv",
+        "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
+        "--perms", "1777", "--size", str(disk_bytes), "--tmpfs", "/tmp",
+        "--perms", "1777", "--dir", SANDBOX_DIR, *files, *declared_view(readable),
+        "--chdir", SANDBOX_DIR, "--clearenv",
     ]  # fmt: skip
     if setpriv is not None:
         cmd += ["--", setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
@@ -199,13 +215,16 @@ class _Candidate:
             for p in work.iterdir():
                 os.chown(p, uid, uid)
         cpu = max(1, int(limits.timeout_s + 0.999))
+        # the weak mode is the caller's explicit choice: it may run without the filter
+        unfiltered_ok = "0" if strong else "1"
         args = [str(cpu), str(limits.memory_mb << 20), str(limits.file_mb << 20),
                 str(limits.processes), entry, str(req_r), str(rep_w),
-                str(limits.call_timeout_s)]  # fmt: skip
+                str(limits.call_timeout_s), str(limits.open_files), unfiltered_ok]  # fmt: skip
         python = interpreter()
         if strong:
             script = f"{SANDBOX_DIR}/server.py"
-            cmd = [*_bwrap(work, uid, readable), python, "-I", "-S", script, *args]
+            jail = _bwrap(work, uid, readable, limits.disk_mb << 20)
+            cmd = [*jail, python, "-I", "-S", script, *args]
         else:
             cmd = [python, "-I", "-S", str(work / "server.py"), *args]
         self.proc = subprocess.Popen(
@@ -271,6 +290,11 @@ class _Candidate:
         if first.get("ready") is True:
             self.process_filter = str(first.get("filter", ""))
             return None
+        if "unfiltered" in first:
+            raise SandboxUnavailableError(
+                f"the sandbox's process filter could not be installed ({first['unfiltered']}): "
+                "the candidate was not run. The weak mode (allow_weak=True) runs without it."
+            )
         self.failed_line = _line(first)
         return str(first.get("load_error") or "the candidate did not start")
 
@@ -359,6 +383,8 @@ def run_tests(
                 value = namespace["check"](cand)
         except CandidateGone as exc:
             reason, detail = "failed", str(exc)
+        except SandboxUnavailableError:
+            raise  # the sandbox could not hold the candidate: no verdict, an error
         except BaseException as exc:  # an assertion, or the candidate's raised error
             reason, detail = "failed", f"{type(exc).__name__}: {str(exc)[:300]}"
         finally:

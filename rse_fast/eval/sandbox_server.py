@@ -3,10 +3,11 @@
 It is not imported by the library: ``sandbox.py`` reads this file and ``sandbox_codec.py`` as
 text into one script that runs with ``python -I -S`` (standard library only). It sets the
 limits, installs a seccomp filter (the kernel refuses new processes, signals to other
-processes, sockets, tracing and raising limits, whatever route the code takes to the syscall),
-then an audit hook (a clear error for the common routes, and writes only inside the work
-directory), loads the candidate and serves calls on two inherited pipes. It knows nothing of
-the tests.
+processes, sockets, tracing, raising limits and memory the limits do not count, whatever route
+the code takes to the syscall; without it the candidate is not loaded, unless the caller asked
+for the weak mode), then an audit hook (a clear error for the common routes, and writes only
+inside the work directory), loads the candidate and serves calls on two inherited pipes. It
+knows nothing of the tests.
 """
 
 from __future__ import annotations
@@ -32,26 +33,39 @@ _NR, _ARCH, _ARG0, _ARG2_LO, _ARG2_HI = 0, 4, 16, 32, 36
 _CLONE_THREAD = 0x00010000
 
 #: Syscalls the candidate never needs: new programs and processes (``clone`` is handled
-#: apart: threads stay allowed), signals, sockets, tracing, limits, namespaces and mounts.
+#: apart: threads stay allowed), signals by every route (``kill``, the thread and queued
+#: forms, a pidfd), sockets, tracing, limits, namespaces and mounts; memory the address-space
+#: limit does not count (memfd, SysV and POSIX shared memory and queues, userfaultfd); and the
+#: interfaces that run work the filter never sees (io_uring's operations, BPF, perf).
 _REFUSED = (
-    "fork", "vfork", "execve", "execveat", "kill", "tkill", "tgkill", "ptrace", "socket",
-    "setrlimit", "pidfd_send_signal", "process_vm_readv", "process_vm_writev", "unshare",
-    "setns", "mount",
+    "fork", "vfork", "execve", "execveat", "kill", "tkill", "tgkill", "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "ptrace", "socket", "setrlimit",
+    "process_vm_readv", "process_vm_writev", "unshare", "setns", "mount", "memfd_create",
+    "memfd_secret", "shmget", "msgget", "mq_open", "userfaultfd", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "bpf", "perf_event_open",
 )  # fmt: skip
 
 #: Per architecture: its audit value and syscall numbers (a name it lacks is left out).
 _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
     "x86_64": (0xC000003E, {
         "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "kill": 62, "tkill": 200,
-        "tgkill": 234, "ptrace": 101, "socket": 41, "setrlimit": 160, "pidfd_send_signal": 424,
+        "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "pidfd_open": 434,
+        "ptrace": 101, "socket": 41, "setrlimit": 160, "pidfd_send_signal": 424,
         "process_vm_readv": 310, "process_vm_writev": 311, "unshare": 272, "setns": 308,
-        "mount": 165, "clone": 56, "clone3": 435, "prlimit64": 302,
+        "mount": 165, "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "msgget": 68,
+        "mq_open": 240, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "bpf": 321, "perf_event_open": 298,
+        "clone": 56, "clone3": 435, "prlimit64": 302,
     }),
     "aarch64": (0xC00000B7, {
-        "execve": 221, "execveat": 281, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117,
+        "execve": 221, "execveat": 281, "kill": 129, "tkill": 130, "tgkill": 131,
+        "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "pidfd_open": 434, "ptrace": 117,
         "socket": 198, "setrlimit": 164, "pidfd_send_signal": 424, "process_vm_readv": 270,
-        "process_vm_writev": 271, "unshare": 97, "setns": 268, "mount": 40, "clone": 220,
-        "clone3": 435, "prlimit64": 261,
+        "process_vm_writev": 271, "unshare": 97, "setns": 268, "mount": 40,
+        "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "msgget": 186, "mq_open": 180,
+        "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "bpf": 280, "perf_event_open": 241,
+        "clone": 220, "clone3": 435, "prlimit64": 261,
     }),
 }  # fmt: skip
 
@@ -222,23 +236,37 @@ def _timed(fn: Any, args: list[Any], limit_s: float) -> Any:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+def unfiltered_refusal(kernel_filter: str, allow_unfiltered: bool) -> dict[str, str] | None:
+    """The reply that refuses to run a candidate without the kernel's process filter (None:
+    it is in place, or the caller asked for the weak mode, which may run without it)."""
+    if kernel_filter == "seccomp" or allow_unfiltered:
+        return None
+    return {"unfiltered": kernel_filter}
+
+
 def serve(
     cpu_s: int, memory: int, fsize: int, nproc: int, entry: str, req: int, rep: int,
-    call_s: float = 0.0,
+    call_s: float = 0.0, nofile: int = 64, allow_unfiltered: bool = False,
 ) -> None:  # fmt: skip
     """Limit, filter, load ``entry`` from candidate.py, then answer one call per line, each
-    within ``call_s`` seconds when it is set (a call past it answers TimeoutError)."""
+    within ``call_s`` seconds when it is set (a call past it answers TimeoutError). Without
+    the process filter nothing is loaded unless ``allow_unfiltered`` (the weak mode)."""
     for limit, value in (
         (resource.RLIMIT_CPU, cpu_s),
         (resource.RLIMIT_AS, memory),
         (resource.RLIMIT_FSIZE, fsize),
         (resource.RLIMIT_NPROC, nproc),
+        (resource.RLIMIT_NOFILE, nofile),
         (resource.RLIMIT_CORE, 0),
     ):
         resource.setrlimit(limit, (value, value))
     requests = os.fdopen(req, "rb", buffering=0)
     replies = os.fdopen(rep, "wb", buffering=0)
     kernel_filter = install_seccomp()
+    refusal = unfiltered_refusal(kernel_filter, allow_unfiltered)
+    if refusal is not None:
+        replies.write((json.dumps(refusal) + "\n").encode())
+        return
     sys.addaudithook(_audit_hook(os.path.realpath(os.getcwd())))
     namespace: dict[str, Any] = {"__name__": "candidate", "__builtins__": __builtins__}
     try:
@@ -281,7 +309,8 @@ def serve(
 
 def main(argv: list[str]) -> None:
     cpu_s, memory, fsize, nproc = map(int, argv[0:4])
-    serve(cpu_s, memory, fsize, nproc, argv[4], int(argv[5]), int(argv[6]), float(argv[7]))
+    serve(cpu_s, memory, fsize, nproc, argv[4], int(argv[5]), int(argv[6]), float(argv[7]),
+          int(argv[8]), argv[9] == "1")  # fmt: skip
 
 
 if __name__ == "__main__":

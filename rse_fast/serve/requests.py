@@ -24,12 +24,14 @@ from rse_fast.llm.cost import TOKENS, CostModel
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import METHODS, PriorStore, Problem, make_method
 
-METHOD_PREFIXES = ("rse", "sc", "bon", "beam", "particle", "refine", "fusion")
+#: every family of the catalog, by the name a model prefix gives it
+METHOD_PREFIXES = tuple(METHODS)
 Progress = Callable[[dict[str, Any]], None]
 #: Fields a method request may carry (beyond the method's own: rounds, k, tau, budget, ...).
 HONOURED = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
             "temperature", "seed", "user", "metadata"}  # fmt: skip
-METHOD_FIELDS = {"rounds", "k", "tau", "budget", "rse_details", "tool_vote", "settle_margin"}
+METHOD_FIELDS = {"rounds", "k", "tau", "budget", "rse_details", "tool_vote", "settle_margin",
+                 "entry_point", "visible_tests"}  # fmt: skip
 #: What self-consistency honours on top: agentic requests, voted over their tool calls.
 TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 #: Fields a method cannot honour, and the value that means "not used" (then accepted).
@@ -80,6 +82,10 @@ class MethodRequest:
     stop_epsilon: float | None = None
     #: sc: filter and weight the vote by the model's token confidence (asks for logprobs)
     confidence: bool = False
+    #: a code problem: the function the user message's stub defines, and the examples it
+    #: may be checked on while solving (default: those its docstring states)
+    entry_point: str | None = None
+    visible_tests: tuple[Any, ...] | None = None
 
 
 @dataclass
@@ -169,6 +175,19 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         raise RequestError(
             f"'confidence' must be true or false, got {confidence!r}", param="confidence"
         )
+    entry_point = body.get("entry_point")
+    if entry_point is not None and (
+        not isinstance(entry_point, str) or not entry_point.isidentifier()
+    ):
+        raise RequestError(
+            f"'entry_point' must be a function name, got {entry_point!r}", param="entry_point"
+        )
+    visible = body.get("visible_tests")
+    if visible is not None and (entry_point is None or not isinstance(visible, list)):
+        raise RequestError(
+            "'visible_tests' is a list of examples, e.g. [\"f(2) == 4\"], sent with 'entry_point'",
+            param="visible_tests",
+        )
     unit, budget = _budget(body, caps)
     default_tokens = min(1024, caps.max_tokens)  # a default never trips the cap
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_tokens))
@@ -196,6 +215,8 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         settle_margin=settle,
         stop_epsilon=stop_epsilon,
         confidence=confidence,
+        entry_point=entry_point,
+        visible_tests=tuple(visible) if visible is not None else None,
     )
 
 
@@ -239,6 +260,26 @@ def usage_of(ledger: Ledger) -> dict[str, Any]:
     }
 
 
+def request_problem(spec: MethodRequest) -> Problem:
+    """The problem a request poses: a code problem where it names an ``entry_point`` (its
+    examples checked in the sandbox while solving), else the conversation as given."""
+    if spec.entry_point is not None:
+        from rse_fast.eval.datasets import request_code_problem
+
+        stated = list(spec.visible_tests) if spec.visible_tests is not None else None
+        try:
+            return request_code_problem(spec.problem, spec.entry_point, stated)
+        except ValueError as exc:
+            raise RequestError(str(exc), param="visible_tests") from None
+    return Problem(
+        "request",
+        spec.problem,
+        conversation=spec.messages,
+        tools=spec.tools,
+        tool_choice=spec.tool_choice,
+    )
+
+
 def unspent_of(spec: MethodRequest, res: Any) -> dict[str, Any]:
     """What a stop left of the budget, in its unit (and, in price, what was spent), and
     which stop rule ran and whether it stopped the run."""
@@ -277,13 +318,12 @@ async def run_method(
     if progress and not family.reports_progress:
         progress({"method": spec.method, "status": "started", "budget": spec.budget})
     method = make_method(spec.method, **options).keep_priors(PRIORS)
-    problem = Problem(
-        "request",
-        spec.problem,
-        conversation=spec.messages,
-        tools=spec.tools,
-        tool_choice=spec.tool_choice,
-    )
+    problem = request_problem(spec)
+    try:
+        method.check_problem(problem)
+    except ValueError as exc:  # the family cannot take this problem: the caller's to fix
+        hint = "" if spec.entry_point else "; a code problem sends 'entry_point'"
+        raise RequestError(f"{exc}{hint}", param="model") from None
     try:
         res = await method.run(problem, spec.budget, view)
     except BudgetTooSmallError as exc:

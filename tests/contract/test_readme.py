@@ -51,14 +51,18 @@ def test_readme_has_the_examples():
 
 async def test_readme_rse_example_runs():
     async with ScriptedServer(default_reply=reply) as srv:
-        printed = await run_block(python_blocks()[0], srv.base_url)
+        printed = await run_block(python_blocks()[1], srv.base_url)
     assert printed.startswith("24 [1.0, 1.0, 1.0, 1.0]")
     solves = [b for b in srv.requests if not is_distillation(b["messages"])]
     assert len(solves) == 4 * 32 and {b["model"] for b in solves} == {"Qwen/Qwen2.5-7B-Instruct"}
 
 
-async def test_readme_method_example_runs():
+async def test_readme_method_example_runs_the_measured_default_and_hands_back_the_rest():
+    """The first example is the vote with the stop: every sample agrees here, so it stops
+    after a wave and the rest of the 6,000 tokens is unspent (plain sc would spend them)."""
     async with ScriptedServer(default_reply=reply) as srv:
-        printed = await run_block(python_blocks()[1], srv.base_url)
-    answer, tokens, _ = printed.split(" ", 2)
-    assert answer == "391" and 5000 <= int(tokens) <= 7000 and "explore" in printed
+        printed = await run_block(python_blocks()[0], srv.base_url)
+    answer, tokens, unspent, _ = printed.split(" ", 3)
+    assert answer == "391" and "explore" in printed
+    assert 0 < int(tokens) < 3000 and int(tokens) + int(unspent) == 6000
+    assert 2 <= len(srv.requests) <= 8  # one wave of the 8 parallel samples, no more

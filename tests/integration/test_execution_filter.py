@@ -510,3 +510,42 @@ def test_a_probe_that_loops_in_every_program_still_lets_the_others_tell_them_apa
     assert all(p.visible_check(t).passed for t in (counting, listed, memorised))
     digests = [p.behaviour(t) for t in (counting, listed, memorised)]
     assert digests[0] == digests[1] != digests[2]
+
+
+#: A code problem whose hidden test uses values found nowhere else (not in the stub, not in
+#: its stated example): any of them in a request is a leak, whatever route it took (a
+#: failure message built from a hidden test, a grounded pitfall, a retry's feedback).
+SCALE_STUB = (
+    'def scale(xs, k):\n    """Each item times k.\n    >>> scale([1, 2], 3)\n    [3, 6]\n    """\n'
+)
+HIDDEN_TEST = (
+    "def check(candidate):\n    assert candidate([4181, 6765], 10946) == [45765226, 74049690]\n"
+)
+HIDDEN_VALUES = ("4181", "6765", "10946", "45765226", "74049690")
+
+
+def scale_wrong_then_right(body: dict, index: int) -> str:
+    from rse_fast.prompts import is_distillation
+
+    if is_distillation(body["messages"]):
+        return json.dumps({"positive": ["scale multiplies each item by k."], "negative": []})
+    if "expected" in json.dumps(body["messages"]):  # shown a failure: fix it
+        return "```python\ndef scale(xs, k):\n    return [x * k for x in xs]\n```"
+    return "```python\ndef scale(xs, k):\n    return [x + k for x in xs]\n```"
+
+
+@pytest.mark.parametrize("name", ["rse+check", "reflexion", "sc+filter", "bon+filter"])
+async def test_no_hidden_test_value_reaches_any_prompt_by_any_route(name):
+    from rse_fast.eval.datasets import code_problem
+    from rse_fast.eval.examples import visible_examples
+
+    p = code_problem("scale", SCALE_STUB, "scale", HIDDEN_TEST,
+                     visible_examples(SCALE_STUB, "scale"))  # fmt: skip
+    options = rse_options() if name.startswith("rse") else {"parallel": 2, "max_tokens": 96}
+    async with ScriptedServer(default_reply=scale_wrong_then_right) as srv:
+        async with LLMClient(srv.base_url, "m") as c:
+            res = await make_method(name, **options).run(p, 4000, c)
+    sent = json.dumps(srv.requests)
+    assert "expected" in sent or name.endswith("filter")  # a failure was shown (not filters)
+    assert not [v for v in HIDDEN_VALUES if v in sent], name
+    assert res.final is not None and not any(v in sent for v in HIDDEN_VALUES)

@@ -475,3 +475,206 @@ def test_the_candidate_sees_only_the_interpreter_and_its_standard_library(tmp_pa
     result = run_tests(probe, tell, "double", limits=FAST, readable=[declared])
     assert result.detail.startswith("AssertionError: ["), result
     assert result.detail == f"AssertionError: {[str(declared)]!r}"
+
+
+#: The candidate reports what it managed (a tell), so the test reads it from the failure.
+TELL = "def check(candidate):\n    raise AssertionError(candidate(0))\n"
+
+
+def told(body: str, limits: Limits = FAST, weak: bool = False, monkeypatch=None) -> str:
+    if weak:
+        monkeypatch.setattr(sandbox, "bwrap_works", lambda python: False)
+    result = run_tests(body, TELL, "double", limits=limits, allow_weak=True)
+    assert result.process_filter == "seccomp", result
+    return result.detail
+
+
+MEMFD = (
+    DISARM
+    + """
+import os
+def double(x):
+    _disarm()
+    held = []
+    try:
+        for _ in range(20):
+            fd = os.memfd_create("x")
+            os.write(fd, b"x" * (16 << 20))
+            held.append(fd)
+    except OSError as exc:
+        return f"refused after {len(held) * 16} MB: {type(exc).__name__}"
+    return f"held {len(held) * 16} MB"
+"""
+)
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "weak"])
+def test_memory_outside_the_address_space_limit_is_refused(monkeypatch, mode):
+    """memfd files do not count against RLIMIT_AS: the old sandbox let a candidate hold
+    320 MB of them under a 128 MB limit. The kernel now refuses memfd_create."""
+    said = told(MEMFD, Limits(timeout_s=10, memory_mb=128), mode == "weak", monkeypatch)
+    assert "refused after 0 MB: PermissionError" in said, said
+
+
+#: writes ``mb`` MiB to ``path`` through libc, past the audit hook's path check (as hostile
+#: code can, once the hook is disarmed): what it wrote, and the errno that stopped it
+RAW_WRITE = """
+def raw_write(path, mb):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.open(path.encode(), 0o1 | 0o100 | 0o1000, 0o644)  # O_WRONLY | O_CREAT | O_TRUNC
+    if fd < 0:
+        return 0, ctypes.get_errno()
+    block = b"x" * (1 << 20)
+    done = 0
+    while done < mb:
+        if libc.write(fd, block, len(block)) != len(block):
+            libc.close(fd)
+            return done, ctypes.get_errno()
+        done += 1
+    libc.close(fd)
+    return done, 0
+"""
+
+SHARED = (
+    DISARM
+    + RAW_WRITE
+    + """
+def double(x):
+    _disarm()
+    return "; ".join("%s %d MB errno %d" % ((p,) + raw_write(p, 160))
+                     for p in ("/dev/shm/x", "/tmp/x", "x"))
+"""
+)
+
+
+def test_shared_memory_and_tmp_files_count_against_the_disk_cap():
+    """/dev/shm and /tmp were tmpfs with no size, the run's directory a host folder: files
+    there are memory (or disk) no limit counted. /dev is read-only now (EROFS: 30), and /tmp,
+    the run's directory in it, one tmpfs capped at ``disk_mb`` (ENOSPC: 28) between them."""
+    said = told(SHARED, Limits(timeout_s=10, disk_mb=32, file_mb=256))
+    found = dict(
+        (part.split(" ")[0], (int(part.split(" ")[1]), int(part.split("errno ")[1])))
+        for part in said.removeprefix("AssertionError: ").split("; ")
+    )
+    assert found["/dev/shm/x"] == (0, 30), said
+    tmp, work = found["/tmp/x"], found["x"]
+    assert tmp[1] == 28 and work[1] == 28 and tmp[0] + work[0] <= 32, said
+
+
+DISK = (
+    DISARM
+    + """
+import os
+def double(x):
+    _disarm()
+    total = 0
+    try:
+        for i in range(8):
+            with open(f"f{i}", "wb") as fh:
+                fh.write(b"x" * (15 << 20))
+            total += 15
+    except OSError as exc:
+        return f"stopped at {total} MB: {type(exc).__name__}"
+    return f"wrote {total} MB"
+"""
+)
+
+
+def test_what_a_candidate_writes_is_capped_in_total_not_only_per_file():
+    """The old sandbox capped each file (file_mb) but not their number: 6 × 15 MB went into
+    the run's directory under file_mb=16. Now everything it writes shares disk_mb."""
+    said = told(DISK, Limits(timeout_s=10, file_mb=16, disk_mb=64))
+    assert said.startswith("AssertionError: stopped at ") and "OSError" in said, said
+    assert int(said.split("stopped at ")[1].split(" MB")[0]) <= 64
+
+
+FILES = (
+    DISARM
+    + """
+import os
+def double(x):
+    _disarm()
+    fds = []
+    try:
+        for _ in range(10000):
+            fds.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as exc:
+        return f"opened {len(fds)}: {type(exc).__name__}"
+    return f"opened {len(fds)}"
+"""
+)
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "weak"])
+def test_open_files_are_limited(monkeypatch, mode):
+    said = told(FILES, Limits(timeout_s=10, open_files=64), mode == "weak", monkeypatch)
+    assert said.startswith("AssertionError: opened ") and "OSError" in said, said
+    assert int(said.split("opened ")[1].split(":")[0]) < 64
+
+
+SIGNAL = (
+    DISARM
+    + """
+import os
+def double(target):
+    _disarm()
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    info = ctypes.create_string_buffer(128)
+    ctypes.memset(info, 0, 128)
+    ctypes.c_int.from_buffer(info, 0).value = 15   # si_signo: SIGTERM
+    ctypes.c_int.from_buffer(info, 8).value = -1   # si_code: SI_QUEUE
+    numbers = {"x86_64": (129, 297, 434, 424), "aarch64": (138, 240, 434, 424)}
+    queue, tgqueue, pidfd_open, pidfd_send = numbers[os.uname().machine]
+    said = []
+    for name, args in (("rt_sigqueueinfo", (queue, target, 15, info)),
+                       ("rt_tgsigqueueinfo", (tgqueue, target, target, 15, info))):
+        rc = libc.syscall(*args)
+        said.append(f"{name} {rc} {ctypes.get_errno()}")
+    fd = libc.syscall(pidfd_open, target, 0)
+    said.append(f"pidfd_open {fd} {ctypes.get_errno()}")
+    return "; ".join(said)
+"""
+)
+
+
+def test_no_route_signals_another_process_in_the_weak_mode(monkeypatch):
+    """With the audit hook disarmed, rt_sigqueueinfo delivered SIGTERM to another process of
+    the same user; now the kernel refuses every route (EPERM: errno 1)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(sandbox, "bwrap_works", lambda python: False)
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        tell = f"def check(candidate):\n    raise AssertionError(candidate({target.pid}))\n"
+        result = run_tests(SIGNAL, tell, "double", limits=FAST, allow_weak=True)
+        time.sleep(0.2)
+        assert target.poll() is None, "the target was signalled"
+    finally:
+        target.kill()
+        target.wait()
+    assert result.process_filter == "seccomp", result
+    for name in ("rt_sigqueueinfo -1 1", "rt_tgsigqueueinfo -1 1", "pidfd_open -1 1"):
+        assert name in result.detail, result.detail
+
+
+def test_the_sandbox_fails_closed_without_its_process_filter(monkeypatch):
+    """A filter the kernel would not take used to be reported and ignored: the candidate ran
+    anyway. Now nothing runs, and the caller gets an error saying why, unless it asked for
+    the weak mode (whose result says the filter is absent)."""
+    from rse_fast.eval.sandbox_server import unfiltered_refusal
+
+    assert unfiltered_refusal("seccomp", False) is None
+    assert unfiltered_refusal("no seccomp filter for riscv64", True) is None
+    assert unfiltered_refusal("prctl(SECCOMP) failed: errno 22", False) == {
+        "unfiltered": "prctl(SECCOMP) failed: errno 22"
+    }
+    # a server whose kernel refused the filter answers so: the harness raises, runs nothing
+    refused = ("import json, os, sys\n"
+               "os.write(int(sys.argv[7]), json.dumps({'unfiltered': 'prctl(SECCOMP) failed: "
+               "errno 22'}).encode() + b'\\n')\n")  # fmt: skip
+    monkeypatch.setattr(sandbox, "_SCRIPT", refused)
+    with pytest.raises(SandboxUnavailableError, match="process filter could not be installed"):
+        run("def double(x):\n    return 2 * x")

@@ -735,3 +735,31 @@ async def test_progress_counts_the_distillations_that_were_done(encoder):
     done = [p for p in seen if p.round_done]
     distilled = [sum(x.distill == "ok" for x in r.rollouts) for r in result.rounds]
     assert distilled[0] == 3 and [p.distills_done for p in done] == distilled
+
+
+def distiller_names_one_step_twice(body: dict, index: int) -> str:
+    """A small distiller's habit: the same correct step filed as a proposition by some
+    rollouts and as a pitfall by others (which, by the request's seed)."""
+    if is_distill(body):
+        step = "Adding 27 and 15 gives the total of the two numbers."
+        other = "Forgetting to carry the ten when adding the units."
+        if int(body.get("seed") or 0) % 3 == 0:
+            return json.dumps({"positive": [], "negative": [step, other]})
+        return json.dumps({"positive": [step], "negative": [other]})
+    return reply(body, index)
+
+
+async def test_no_statement_is_filed_under_both_names_over_ten_seeded_runs(encoder):
+    for seed in range(10):
+        async with ScriptedServer(default_reply=distiller_names_one_step_twice) as srv:
+            rse = make_rse(srv.base_url, encoder, rounds=3, k=4, seed=seed)
+            async with rse.client:
+                result = await rse.solve(PROBLEM, gold=GOLD, keep_bank=True)
+        items = rse.bank.items
+        negatives = {e.text for e in items["negative"]}
+        positives = {e.text for e in items["positive"]}
+        assert not negatives & positives, seed
+        step = "Adding 27 and 15 gives the total of the two numbers."
+        assert (step in negatives) != (step in positives), seed  # under one name, not lost
+        conflicts = [d for r in result.rounds for d in r.decisions if d.conflict]
+        assert conflicts, seed  # the rule was exercised, not dodged
