@@ -16,25 +16,29 @@ other arrives as ``RuntimeError``, as PEP 479 does for generators.
 **Isolation** (``bubblewrap``, Debian's ``bwrap``): new pid, network, ipc and uts namespaces,
 its own ``/proc`` (the parent's environment is not there to read), and a minimal read-only
 view (``sandbox_view``: the interpreter, its standard library and their shared libraries; not
-the project, the evaluation data or any site-packages) with a fresh ``/tmp`` and only the run's
-own directory writable; ``--die-with-parent`` and pid 1 of the namespace, so no process
-survives the run; as root the code runs under a uid drawn for this run alone. Inside
-(``sandbox_server``): an empty environment, rlimits (CPU, memory, file size, processes), a
-**seccomp filter** by which the kernel refuses new processes (``fork``, ``vfork``, ``execve``,
-``clone`` without ``CLONE_THREAD``), signals to other processes, sockets, ``ptrace`` and
-raising limits, whatever route the code finds to the syscall; then an audit hook that names
-the common routes in a clear error and refuses writes outside the work directory. Output is
-capped in bytes: past the cap the process is killed.
+the project, the evaluation data or any site-packages); one writable place, a tmpfs of
+``disk_mb`` at ``/tmp`` holding the run's directory, so all it writes shares one cap, and a
+read-only ``/dev``; ``--die-with-parent`` and pid 1 of the namespace, so no process survives
+the run; as root the code runs under a uid drawn for this run alone. Inside
+(``sandbox_server``): an empty environment, rlimits (CPU, memory, file size, open files,
+processes), a **seccomp filter** by which the kernel refuses new processes (``fork``,
+``vfork``, ``execve``, ``clone`` without ``CLONE_THREAD``), every route to signal another
+process, sockets, ``ptrace``, raising limits, memory the limits do not count (memfd, shared
+memory) and io_uring, whatever route the code finds to the syscall (a filter the kernel does
+not take means no run: ``SandboxUnavailableError``); then an audit hook that names the common
+routes in a clear error and refuses writes outside the work directory. Output is capped in
+bytes: past the cap the process is killed.
 
 Where ``bwrap`` cannot run, ``run_tests`` refuses (``SandboxUnavailableError``) instead of
 running a weaker sandbox silently, unless ``allow_weak=True`` (or
 ``RSE_FAST_ALLOW_WEAK_SANDBOX=1``): then ``SandboxResult.isolation`` says ``weak``, and what
 still holds is the call protocol, the empty environment, the rlimits, the seccomp filter
-(``SandboxResult.process_filter`` says whether the kernel took it) and the audit hook. What the
-weak mode does **not** stop: reading any file the harness's user can read (the project, the
-evaluation data, secrets in files), writes through routes the audit hook does not see, and a
-process left behind if the filter could not be installed; and as root the rlimit on processes
-does not apply. Use it only for code you would run anyway.
+(``SandboxResult.process_filter`` says whether the kernel took it: the weak mode runs without
+it) and the audit hook. What the weak mode does **not** stop: reading any file the harness's
+user can read (the project, the evaluation data, secrets in files), writes through routes the
+audit hook does not see (each file capped, their total not), and a process left behind if the
+filter could not be installed; and as root the rlimit on processes does not apply. Use it
+only for code you would run anyway.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from rse_fast.errors import LLMBadRequestError, LLMError, LLMHTTPError
-from rse_fast.llm.cost import ServerSpeed
+from rse_fast.llm.cost import CostModel, ServerSpeed
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
 from rse_fast.llm.meter import BudgetCap, Grant, PromptMargin
 from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, parse_usage
@@ -116,8 +116,12 @@ class LLMClient:
         ledger: Ledger | None = None,
         token_counter: TokenCounter | None = None,
         trace: TraceHook | None = None,
+        price: CostModel | None = None,
     ) -> None:
         self.model = model
+        #: what this client's model costs, where it is not the run's model (an external
+        #: judge): its calls are reserved, settled and priced at it in a run counting dollars
+        self.price = price
         pool = EndpointPool(
             _as_endpoints(endpoints, api_key, max_concurrency),
             failure_threshold=failure_threshold,
@@ -181,8 +185,13 @@ class LLMClient:
 
     def metered_like(self, run: LLMClient) -> LLMClient:
         """A view of this client that books into ``run``'s ledger and draws on ``run``'s cap:
-        how a helper on another client (an external judge) stays inside a run's budget."""
+        how a helper on another client (an external judge) stays inside a run's budget. Its
+        calls keep this client's own ``price`` (a judge on another model is billed at its)."""
         return self.with_options(ledger=run.ledger, cap=run.cap)
+
+    @property
+    def _priced_as(self) -> str | None:
+        return self.price.spec if self.price is not None else None
 
     async def close(self) -> None:
         """Close the connections (shared with every ``with_ledger`` view)."""
@@ -290,16 +299,21 @@ class LLMClient:
             bound = self._unanswered(body, n, estimate)
             self._release(grant, bound.total_tokens)
             self.ledger.record_error(
-                role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound
-            )
+                role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound,
+                self._priced_as,
+            )  # fmt: skip
             raise
         except BaseException as exc:  # cancelled (a stop no longer waits for it)
             bound = self._unanswered(body, n, estimate)
             self._release(grant, bound.total_tokens)
-            self.ledger.record_error(role, exc, time.perf_counter() - t0, "", task, bound)
+            self.ledger.record_error(
+                role, exc, time.perf_counter() - t0, "", task, bound, self._priced_as
+            )
             raise
         self._settle(grant, result.usage, estimate, result.requests)
-        self.ledger.record_usage(role, result.usage, result.latency_s, result.endpoint, n, task)
+        self.ledger.record_usage(
+            role, result.usage, result.latency_s, result.endpoint, n, task, self._priced_as
+        )
         return result
 
     def _refused_logprobs(self, body: dict[str, Any], error: LLMBadRequestError) -> bool:
@@ -328,7 +342,7 @@ class LLMClient:
             return None, 0
         estimate = self._prompt_estimate(body)
         wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4096)
-        grant = self.cap.reserve(estimate, wanted, n, margin=self.prompt_margin)
+        grant = self.cap.reserve(estimate, wanted, n, margin=self.prompt_margin, price=self.price)
         body["max_tokens"] = grant.completion
         body.pop("max_completion_tokens", None)
         return grant, estimate
@@ -358,6 +372,7 @@ class LLMClient:
             self.cap.settle(
                 grant, per_request, usage.total_tokens, estimate, self.prompt_margin,
                 requests=max(1, requests), cached_tokens=usage.cached_tokens or 0,
+                price=self.price,
             )  # fmt: skip
 
     @contextlib.contextmanager
@@ -371,21 +386,26 @@ class LLMClient:
         grant = None
         if self.cap is not None:
             exact = PromptMargin(ratio=1.0, slack=0)
-            grant = self.cap.reserve(usage.prompt_tokens, usage.completion_tokens, margin=exact)
+            grant = self.cap.reserve(
+                usage.prompt_tokens, usage.completion_tokens, margin=exact, price=self.price
+            )
         t0 = time.perf_counter()
         try:
             yield
         finally:
             if grant is not None and self.cap is not None:
                 self.cap.release(grant, usage.total_tokens)
-            self.ledger.record_usage(role, usage, time.perf_counter() - t0, endpoint, task=task)
+            self.ledger.record_usage(
+                role, usage, time.perf_counter() - t0, endpoint, task=task,
+                priced_as=self._priced_as,
+            )  # fmt: skip
 
     def _unanswered(self, body: dict[str, Any], n: int, estimate: int) -> Usage:
         """What a call that got no reply is booked at: the prompt and every completion token
         it asked for (as reserved: a cap cut ``max_tokens`` to fit). A server that went on
         generating after the caller left spent at most that; booking less could let a cap
         be overrun by work nobody waits for."""
-        prompt = estimate or self._prompt_estimate(body)
+        prompt = self.prompt_margin.reserve(estimate or self._prompt_estimate(body))
         completion = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
         return Usage(prompt * n, completion * n, "bound")
 
@@ -494,18 +514,31 @@ class LLMClient:
                     reasoning.append(event.reasoning)
                     yield event
         except LLMError as exc:
-            self._release(grant, self._streamed_so_far(body, content, reasoning))
-            self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
+            # an error status before any event: the server generated nothing; a stream that
+            # broke, timed out or was cut: what it may have cost, as a bound
+            answered = isinstance(exc, LLMHTTPError) and not (content or reasoning)
+            bound = None
+            if not answered:
+                spent = self._streamed_so_far(body, content, reasoning)
+                prompt = self._prompt_bound(body)
+                bound = Usage(prompt, spent - prompt, "bound")
+            self._release(grant, bound.total_tokens if bound else 0)
+            self.ledger.record_error(
+                role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound,
+                self._priced_as,
+            )  # fmt: skip
             if endpoint:  # broke mid-stream (failures before the first byte are traced already)
                 self._trace_failure(body, exc)
             raise
         except BaseException:  # cancelled or closed mid-stream: what streamed so far was spent
             spent = self._streamed_so_far(body, content, reasoning)
             self._release(grant, spent)
-            if spent:  # paid for, so booked (an estimate: the server sent no usage)
-                prompt = count_prompt_tokens(body["messages"], self.count_tokens)
-                usage = Usage(prompt, spent - prompt, "estimated")
-                self.ledger.record_usage(role, usage, time.perf_counter() - t0, endpoint, 1, task)
+            if spent:  # sent, so paid for: booked as a bound (the server sent no usage)
+                prompt = self._prompt_bound(body)
+                usage = Usage(prompt, spent - prompt, "bound")
+                self.ledger.record_usage(
+                    role, usage, time.perf_counter() - t0, endpoint, 1, task, self._priced_as
+                )
             raise
         text, thought = "".join(content), "".join(reasoning)
         if usage is None:
@@ -516,18 +549,22 @@ class LLMClient:
             )
         latency = time.perf_counter() - t0
         self._settle(grant, usage, estimate, 1)
-        self.ledger.record_usage(role, usage, latency, endpoint, 1, task)
+        self.ledger.record_usage(role, usage, latency, endpoint, 1, task, self._priced_as)
         self._trace_reply(body, endpoint, latency, [text], [thought or None], usage)
         yield StreamEvent(done=True, usage=usage)
 
     def _streamed_so_far(
         self, body: dict[str, Any], content: list[str], reasoning: list[str]
     ) -> int:
-        """Tokens a stream cut short had cost: its prompt and what it had sent."""
-        if not content and not reasoning:
-            return 0
-        prompt = count_prompt_tokens(body["messages"], self.count_tokens)
-        return prompt + self.count_tokens("".join(content) + "".join(reasoning))
+        """Tokens a stream cut short may have cost: its prompt (as the margin learned from
+        the server's counts reserves it: the estimate alone can fall short of what the
+        server counted) and what it had sent."""
+        return self._prompt_bound(body) + self.count_tokens("".join(content) + "".join(reasoning))
+
+    def _prompt_bound(self, body: dict[str, Any]) -> int:
+        """A prompt as the server may have counted it: the estimate widened by the margin
+        every reply so far taught this client."""
+        return self.prompt_margin.reserve(self._prompt_estimate(body))
 
     async def models(self) -> list[str]:
         """The model ids the (first healthy) endpoint serves, from ``GET /models``."""

@@ -97,6 +97,10 @@ class CostModel:
         ) / 1e6
 
     def of_record(self, rec: CallRecord) -> float:
+        """A call's cost in this unit; in price, at the prices of the model that served it
+        where it names them (a judge on another model)."""
+        if self.unit == "price" and rec.priced_as is not None and rec.priced_as != self.spec:
+            return CostModel.parse(rec.priced_as).of_record(rec)
         if rec.prefill_s is not None and rec.decode_s is not None:
             seconds = rec.prefill_s + rec.decode_s + rec.work_s
         else:

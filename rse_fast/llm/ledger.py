@@ -56,6 +56,9 @@ class CallRecord:
     decode_s: float | None = None
     #: what the call cost outside tokens, in seconds (a checker's run, a sandbox)
     work_s: float = 0.0
+    #: the prices of the model that served it, where they are not the run's (a judge on
+    #: another model): a ``CostModel`` spec; None: the run's own prices
+    priced_as: str | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -110,10 +113,12 @@ class Ledger:
         endpoint: str,
         n: int = 1,
         task: str | None = None,
+        priced_as: str | None = None,
     ) -> None:
         self.record(
             CallRecord(
                 role=role,
+                priced_as=priced_as,
                 prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
                 latency_s=latency_s,
@@ -136,6 +141,7 @@ class Ledger:
         endpoint: str,
         task: str | None = None,
         bound: Usage | None = None,
+        priced_as: str | None = None,
     ) -> None:
         """A call that ended in ``error``; ``bound``: what it may have cost although no usage
         came (a call cancelled or cut off after it was sent), booked as its tokens."""
@@ -151,6 +157,7 @@ class Ledger:
                 error=f"{type(error).__name__}: {error}" if str(error) else type(error).__name__,
                 task=task,
                 usage_source=bound.source if bound else "reported",
+                priced_as=priced_as,
             )
         )
 

@@ -34,6 +34,9 @@ class Grant:
     #: prompts paid: one for a call that gets its n choices at once, one per request for a
     #: server that ignores ``n`` and is asked once per choice
     prompts: int = 1
+    #: what one uncached prompt token and one completion token of this call cost in the
+    #: cap's unit (its model's prices; None: the cap's own)
+    rates: tuple[float, float] | None = None
 
     @property
     def total(self) -> int:
@@ -107,8 +110,19 @@ class BudgetCap:
         """Count calls an interrupted run already paid for (restored from its checkpoint)."""
         self.settled += self.cost.of_records(records)
 
+    def _rates(self, grant: Grant) -> tuple[float, float]:
+        return grant.rates if grant.rates is not None else (self._in, self._out)
+
     def _priced(self, grant: Grant) -> float:
-        return grant.prompts * grant.prompt * self._in + grant.n * grant.completion * self._out
+        rate_in, rate_out = self._rates(grant)
+        return grant.prompts * grant.prompt * rate_in + grant.n * grant.completion * rate_out
+
+    def rates_of(self, price: CostModel | None) -> tuple[float, float] | None:
+        """A call's own token rates in this cap's unit: its model's ``price`` where the cap
+        counts dollars (tokens are tokens whatever the model)."""
+        if price is None or self.cost.unit != "price" or price.unit != "price":
+            return None
+        return price.token_rates()
 
     def _left(self) -> str:
         left = max(0.0, self.room)
@@ -124,15 +138,19 @@ class BudgetCap:
         *,
         prompts: int = 1,
         margin: PromptMargin | None = None,
+        price: CostModel | None = None,
     ) -> Grant:
         """Reserve a call's worst case: ``prompts`` prompts (one per request it makes) and
         ``n`` completions, each cut to the room left; refused when not even a minimal one
-        fits. ``margin``: how the calling client reserves prompts (default: the cap's)."""
+        fits. ``margin``: how the calling client reserves prompts (default: the cap's);
+        ``price``: its model's prices, where they are not the run's (a judge elsewhere)."""
+        rates = self.rates_of(price)
+        rate_in, rate_out = rates if rates is not None else (self._in, self._out)
         prompt = (margin or self.margin).reserve(prompt_estimate)
-        free = self.room - prompts * prompt * self._in
+        free = self.room - prompts * prompt * rate_in
         per_choice = max_completion  # free output: only the prompt limits the call
-        if self._out > 0:
-            per_choice = min(max_completion, math.floor(free / max(1, n) / self._out + 1e-9))
+        if rate_out > 0:
+            per_choice = min(max_completion, math.floor(free / max(1, n) / rate_out + 1e-9))
         elif free < 0:
             per_choice = 0
         if per_choice < min(MIN_COMPLETION, max_completion):
@@ -141,7 +159,7 @@ class BudgetCap:
                 f"the budget's {self._left()} left cannot hold a call of "
                 f"~{prompts * prompt} prompt tokens and a completion"
             )
-        grant = Grant(prompt, per_choice, n, prompts)
+        grant = Grant(prompt, per_choice, n, prompts, rates)
         self.reserved += self._priced(grant)
         return grant
 
@@ -150,8 +168,9 @@ class BudgetCap:
         that ignored ``n``): reserve their prompts. Where the room does not hold them all,
         the choices that do not fit are dropped (their completions freed); returns how many
         of the requests may be sent."""
-        one = grant.prompt * self._in + grant.completion * self._out
-        room = self.room + requests * grant.completion * self._out  # a dropped request frees
+        rate_in, rate_out = self._rates(grant)
+        one = grant.prompt * rate_in + grant.completion * rate_out
+        room = self.room + requests * grant.completion * rate_out  # a dropped request frees
         fits = max(0, min(requests, math.floor(room / max(one, 1e-12) + 1e-9)))
         before = self._priced(grant)
         grant.prompts += fits
@@ -171,16 +190,19 @@ class BudgetCap:
         *,
         requests: int = 1,
         cached_tokens: int = 0,
+        price: CostModel | None = None,
     ) -> None:
         """Book a finished call at the server's counts (and learn how it counts prompts;
-        ``prompt_tokens`` is per request, ``cached_tokens`` over all of them)."""
+        ``prompt_tokens`` is per request, ``cached_tokens`` over all of them), at its model's
+        ``price`` where the grant was reserved at it."""
         self.reserved -= self._priced(grant)
         prompt = prompt_tokens * requests
-        self.settled += self.cost.of_call(prompt, max(0, total_tokens - prompt), cached_tokens)
+        cost = price if price is not None and grant.rates is not None else self.cost
+        self.settled += cost.of_call(prompt, max(0, total_tokens - prompt), cached_tokens)
         (margin or self.margin).learn(estimate, prompt_tokens)
 
     def release(self, grant: Grant, spent: int = 0) -> None:
         """A call that failed: its reservation freed, whatever it did spend booked (at the
         dearer of the two token prices: which tokens they were is not known)."""
         self.reserved -= self._priced(grant)
-        self.settled += spent * max(self._in, self._out)
+        self.settled += spent * max(self._rates(grant))

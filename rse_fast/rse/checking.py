@@ -122,6 +122,8 @@ _TOKEN = re.compile(r"(?P<space>\s+)|(?P<number>\d+(?:\.\d+)?)|(?P<word>[^\W\d]+
 _SPELLINGS = (("\\times", "*"), ("\\cdot", "*"), ("×", "*"), ("·", "*"), ("⋅", "*"),
               ("\\div", "/"), ("÷", "/"), ("−", "-"), ("==", "="))  # fmt: skip
 _MATH = set("+-*/()=")
+#: a currency sign written before an amount (LaTeX escapes the dollar): not part of the claim
+_CURRENCY = re.compile(r"\\?[$€£](?=\d)")
 #: what may not touch a claim on either side: it would carry a number into a word, a power,
 #: a percentage or a longer number ("1,000")
 _BEFORE = re.compile(r"[\w.,^]")
@@ -168,9 +170,10 @@ def _shown(x: Fraction) -> str:
 class ArithmeticChecker:
     """Re-computes the equations between numbers a statement states (either side may be an
     expression; a chain ``a = b = c`` is read link by link, two plain numbers held to the
-    nearest expression). All right: verified; any wrong: refuted, with the right value as
-    evidence; none: unknown. A side that runs on into a term it leaves out (``x + 3 = 5``,
-    ``2^3 = 8``) is no claim about numbers and is skipped."""
+    nearest expression; an amount's currency sign is no part of it: ``$20 - $12 = $8``). All
+    right: verified; any wrong: refuted, with the right value as evidence; none: unknown. A
+    side that runs on into a term it leaves out (``x + 3 = 5``, ``2^3 = 8``) is no claim about
+    numbers and is skipped."""
 
     def check(self, text: str, kind: str) -> Check:
         right: list[str] = []
@@ -224,6 +227,7 @@ def equations(text: str) -> list[Claim]:
     claims 3 + 4 = 8 too: every link of a chain is equal)."""
     for spelled, op in _SPELLINGS:
         text = text.replace(spelled, op)
+    text = _CURRENCY.sub("", text)  # "$20 - $12 = $8": the amounts are the numbers
     found = []
     for run in _runs(text):
         sides = [" ".join(_balanced(x).split()) for x in run.strip("= ").split("=")]

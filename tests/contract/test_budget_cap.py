@@ -161,13 +161,23 @@ async def test_service_default_budget_refusal_and_usage_equal_to_the_ledger():
     async with ScriptedServer(default_reply=varied) as up:
         async with running_service(up) as (svc, url), aiohttp.ClientSession() as s:
             msg = [{"role": "user", "content": PROBLEM}]
-            body = {"model": "sc:m", "messages": msg, "max_tokens": MAX_TOKENS, "k": 4}
+            # the whole budget (no stop): every call answered, so the upstream's own counts
+            body = {"model": "sc:m", "messages": msg, "max_tokens": MAX_TOKENS, "k": 4,
+                    "stop_epsilon": None}  # fmt: skip
             async with s.post(url + "/v1/chat/completions", json=body) as r:
                 data = await r.json()
             assert r.status == 200
             booked = sum(len(" ".join(m["content"] for m in b["messages"]).split())
                          for b in up.requests)  # fmt: skip
             assert data["usage"]["prompt_tokens"] == booked  # usage = what the ledger booked
+            # the default stop cancels calls in flight: usage holds at least what the upstream
+            # counted (a cancelled call at its bound), and still within the budget
+            sent = len(up.requests)
+            stopped = {k: v for k, v in body.items() if k != "stop_epsilon"}
+            async with s.post(url + "/v1/chat/completions", json=stopped) as r:
+                cut = await r.json()
+            counted = sum(up.served[sent:])
+            assert counted <= cut["usage"]["total_tokens"] <= 8000, (counted, cut["usage"])
             assert data["usage"]["total_tokens"] <= 8000  # the default budget, as a cap
             assert svc.config.caps.default_budget_tokens == 8000
             tiny = {**body, "budget": 5}
@@ -201,6 +211,37 @@ async def test_a_judge_on_another_client_draws_on_the_runs_cap(encoder):
                     judged = sum(r.total_tokens for r in res.ledger.records if r.role == "judge")
                     assert judged > 0 and len(jsrv.requests) > 0
                     assert res.tokens == res.ledger.total_tokens <= budget, (budget, res.tokens)
+
+
+async def test_a_judge_on_another_model_is_priced_at_its_own_prices(encoder):
+    """A run budgeted in dollars, its judge on a model ten times dearer: the judge's calls are
+    reserved and settled at the judge's prices (not the run's), the ledger prices its records
+    so, and the cap holds in dollars counted that way."""
+    from rse_fast.llm.cost import CostModel
+    from rse_fast.methods import LLMJudge
+
+    run_price = CostModel.parse("price:input=1,output=2")
+    judge_price = CostModel.parse("price:input=10,output=20")
+    budget = 0.004  # dollars
+    problem = Problem("p", PROBLEM, GOLD)
+    async with ScriptedServer(default_reply=varied) as srv, LLMClient(srv.base_url, "m") as c:
+        async with ScriptedServer(default_reply='{"score": 7}') as jsrv:
+            async with LLMClient(jsrv.base_url, "judge", price=judge_price) as judge_client:
+                judge = LLMJudge(client=judge_client, max_tokens=64, use_schema=False)
+                bon = make_method("bon", parallel=4, max_tokens=MAX_TOKENS, budget_mode="cap",
+                                  judge=judge, budget_unit=run_price)  # fmt: skip
+                res = await bon.run(problem, budget, c)
+    # (a score reused for an identical reply is booked at nothing, with no prices)
+    judged = [r for r in res.ledger.records if r.role == "judge" and r.usage_source != "reused"]
+    sampled = [r for r in res.ledger.records if r.role != "judge"]
+    assert judged and sampled and all(r.priced_as == judge_price.spec for r in judged)
+    at_judge = judge_price.of_records(judged)
+    assert run_price.of_records(judged) == at_judge  # each record names its own prices
+    assert at_judge > 5 * CostModel.parse("price:input=1,output=2").of_call(
+        sum(r.prompt_tokens for r in judged), sum(r.completion_tokens for r in judged)
+    )
+    spent = run_price.of_ledger(res.ledger)
+    assert spent == at_judge + run_price.of_records(sampled) and spent <= budget * (1 + 1e-9)
 
 
 async def test_a_reward_model_reserves_what_it_books():

@@ -273,7 +273,14 @@ async def test_online_rule_stops_unsure_samples_mid_stream_and_books_them():
     assert res.meta["online"]["threshold"] is not None and res.meta["online"]["stopped"] > 0
     assert len(stopped) == res.meta["online"]["stopped"] and all(x.answer is None for x in stopped)
     full = [x for x in res.pool if x.origin == "sample"]
-    assert all(0 < x.cost < min(f.cost for f in full) for x in stopped)
+    # a stopped sample is booked at its prompt's bound (no usage came) and what it streamed:
+    # fewer completion tokens than any sample that ran to its end
+    by_task = {r.task: r for r in res.ledger.records}
+    cut = [by_task[f"c{i}"] for i, x in enumerate(res.pool) if x.origin == "stopped-unsure"]
+    ran = [by_task[f"c{i}"] for i, x in enumerate(res.pool) if x.origin == "sample"]
+    assert all(r.usage_source == "bound" and r.prompt_tokens > 0 for r in cut)
+    assert all(0 < r.completion_tokens < min(f.completion_tokens for f in ran) for r in cut)
+    assert all(x.cost > 0 for x in stopped) and full
     assert res.tokens == res.ledger.total_tokens == sum(x.cost for x in res.pool)
     assert res.final.answer == "4"
     streamed = [b for b in srv.requests if b.get("stream")]

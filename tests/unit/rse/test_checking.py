@@ -62,6 +62,11 @@ RIGHT = "The units give 7 + 5 = 12."
         ("9 − 4 = 5, and 3 · 3 = 9", "verified", "9 - 4 = 5; 3 * 3 = 9"),
         ("(-97 + (-69)) == -166", "verified", "(-97 + (-69)) = -166"),
         ("(3 + 4 = 8)", "refuted", "3 + 4 = 7, not 8"),
+        # amounts of money: a currency sign before a number is part of the amount
+        ("Her change is $20 - $12 = $8.", "verified", "20 - 12 = 8"),
+        ("so 4 x $3 = $13", "refuted", "4 x 3 = 12, not 13"),
+        ("It costs €4 * 3 = €12 and £5 + £5 = £10.", "verified", "5 + 5 = 10"),
+        (r"In LaTeX: $20 - 12 = 8$ and \$7 + \$1 = \$8", "verified", "7 + 1 = 8"),
         # a decimal holds to the places it is written to, rounded or cut; an integer is exact
         ("1 / 3 = 0.333 and 2 / 3 = 0.666 and 22 / 7 = 3.14", "verified", "22 / 7 = 3.14286"),
         ("1 / 3 = 0.34", "refuted", "1 / 3 = 0.333333, not 0.34"),
