@@ -29,6 +29,11 @@ BENCHES = {
 }
 
 
+#: a bench whose module has another name: ``queue`` would shadow the standard library's for
+#: every worker started as a script from bench/
+MODULES = {"queue": "model_queue"}
+
+
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in BENCHES:
         width = max(map(len, BENCHES))
@@ -37,7 +42,7 @@ def main() -> None:
         raise SystemExit(0 if len(sys.argv) < 2 else 2)
     name = sys.argv[1]
     sys.argv = [f"python -m bench {name}", *sys.argv[2:]]
-    importlib.import_module(f"bench.{name}").main()
+    importlib.import_module(f"bench.{MODULES.get(name, name)}").main()
 
 
 if __name__ == "__main__":

@@ -26,16 +26,9 @@ CellT = TypeVar("CellT")
 
 def module_command(module: str, *args: str) -> list[str]:
     """``python -m module args``: how a benchmark starts a process of its own (one of its
-    modules, or the package's), with :func:`root_env` so ``bench`` imports there too."""
+    modules, or the package's), run with the project root as its working directory, which
+    ``-m`` puts first on ``sys.path`` (so ``bench`` imports there, with no PYTHONPATH)."""
     return [sys.executable, "-m", module, *args]
-
-
-def root_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's) with the project root first on ``PYTHONPATH``."""
-    base = dict(os.environ if env is None else env)
-    rest = base.get("PYTHONPATH")
-    base["PYTHONPATH"] = str(ROOT) + (os.pathsep + rest if rest else "")
-    return base
 
 
 def start_ready(
@@ -48,7 +41,7 @@ def start_ready(
         if cores:
             os.sched_setaffinity(0, cores)
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, preexec_fn=pin, env=root_env())
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, preexec_fn=pin, cwd=ROOT)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if ready not in line:

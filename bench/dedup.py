@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
+    ROOT,
     best_time,
     module_command,
     read_result,
     replace_readme_block,
-    root_env,
     write_result,
 )
 from bench.limits import read_bandwidth_gbs, sgemm_gflops
@@ -383,14 +383,14 @@ def _worst(ratios: Any) -> float | None:
 
 def peak_extra_mb(faiss_settings: dict[int, tuple[int, int]]) -> dict[str, dict[int, float]]:
     """Peak extra MiB per path and batch size, each path in its own fresh process."""
-    env = root_env({**os.environ, "MALLOC_MMAP_THRESHOLD_": "16384", "MALLOC_TRIM_THRESHOLD_": "0"})
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "16384", "MALLOC_TRIM_THRESHOLD_": "0"}
     out: dict[str, dict[int, float]] = {}
     settings = json.dumps({str(b): list(s) for b, s in faiss_settings.items()})
     for path in PATHS:
         if path == "faiss_best" and not faiss_settings:
             continue
         cmd = module_command("bench.dedup", "--peak-memory", path, "--faiss-settings", settings)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
         row = json.loads(done.stdout.strip().splitlines()[-1])
         out[path] = {int(b): float(mb) for b, mb in row.items()}
     return out

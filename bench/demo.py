@@ -87,7 +87,19 @@ def first_run() -> dict[str, object]:
 
 
 def main() -> None:
-    if "--first-run" in sys.argv[1:]:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--first-run",
+        action="store_true",
+        help="time the README's first command on a fresh clone, HOME and caches",
+    )
+    if parser.parse_args().first_run:
         found = first_run()
         payload = {**read_result("demo"), **found}
         payload.pop("machine", None)

@@ -64,6 +64,9 @@ def decisions(encoder: Encoder, texts: list[str], kinds: list[str], tau: float) 
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m bench embed_text", description=__doc__).parse_args()
     t0 = time.perf_counter()
     cfg = RSEConfig()
     encoder = Encoder()

@@ -125,8 +125,7 @@ async def run_worker(
                "--problems", str(pfile), "--out", str(ofile)]  # fmt: skip
         if priors is not None:
             cmd += ["--priors", str(priors)]
-        env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if side == "ours" else None
-        proc = await asyncio.create_subprocess_exec(*cmd, env=env)
+        proc = await asyncio.create_subprocess_exec(*cmd)
         if await proc.wait() != 0:
             raise SystemExit(f"the {side} worker failed ({method}, N={n}, C={conc})")
         return json.loads(ofile.read_text())

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import tarfile
 import tempfile
@@ -215,7 +214,8 @@ def _chunks(
                 "--seed", str(cell.seed), *method_args.get(method, []),
             ]  # fmt: skip
             tree = str(trees[method])
-            subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": tree}, cwd=tree)
+            # -m from the pinned tree puts its rse_fast and bench first on sys.path
+            subprocess.run(cmd, check=True, cwd=tree)
         print(f"{folder.name}: {min(start + chunk, len(problems))}/{len(problems)}", flush=True)
 
 

@@ -1,8 +1,8 @@
 """ONNX Runtime sentence encoder with a HF ``tokenizers`` front end, fully offline.
 
 Texts are tokenised once, sorted by length and cut into batches under a token budget (small
-batches keep activations in cache: 512 tokens measured fastest on CPU); each batch is padded
-only to its own longest text; mean pooling over the attention mask and L2
+batches keep activations in cache: the budget measured fastest on CPU, docs/decisions.md);
+each batch is padded only to its own longest text; mean pooling over the attention mask and L2
 normalisation stay in float32; an LRU cache keyed by text makes a repeated experience free.
 """
 

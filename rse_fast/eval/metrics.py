@@ -1,8 +1,8 @@
 """Metrics as the TTS-in-the-wild study defines them, separating exploration (the best candidate
 in the pool) from exploitation (the output chosen).
 
-Notation (DESIGN §1.2): Q*(T) the quality of the best candidate in the pool at budget T, μ the
-quality of an independent single sample, headroom Q* − μ, net exploitation Q − Q*, capture
+Notation (docs/evaluation.md): Q*(T) the quality of the best candidate in the pool at budget
+T, μ the quality of an independent single sample, headroom Q* − μ, net exploitation Q − Q*, capture
 h = (Q − μ)/(Q* − μ), ρ_v the rank correlation of the verifier's scores with a *distinct*
 grader's. Every aggregate skips NaN (judge garbage) and says how many values it skipped.
 """
@@ -72,7 +72,7 @@ def oracle_bias_corrected(first: Sequence[float], second: Sequence[float]) -> No
 
 
 #: Headroom (Q* − μ) below which capture h is not reported: a ratio over a tiny gap explodes
-#: (h = −894% at 1% headroom in an earlier table) and means nothing.
+#: and means nothing.
 MIN_HEADROOM = 0.05
 
 

@@ -57,7 +57,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "replace-longer": {"dedup_policy": "replace-longer", "dedup_order": "longest"},
     "guided": {"select_from": "guided"},
     "last": {"select_from": "last"},
-    "pasted": {"distill_continues": False},  # the distillation prompt before 2026-12-03
+    "pasted": {"distill_continues": False},  # the rollout pasted into a fresh prompt
     # the short ask (the schema gives the shape): more of a continued distillation is cached
     "brief": {"distill_ask": "brief"},
     # the whole ask in every rollout's system turn, a one-line cue after the rollout: the

@@ -113,10 +113,9 @@ class VisibleResult:
 def no_answer(text: str) -> None:
     """``Problem.answer_of`` for a task whose replies state no answer to vote on: code. What
     a program does is its answer, and only running it shows that; a value the reply happens to
-    box (``\\boxed{True}``, an example's output) is no vote for its code. Read on test-he-0.5b
-    before this: sc's pick carried such a value on 37 of 60 problems and passed the hidden
-    tests on 14% of them (39% where it carried none). With no answers a vote falls to its
-    earliest candidate (after the execution filter: the earliest that passes)."""
+    box (``\\boxed{True}``, an example's output) is no vote for its code (docs/decisions.md
+    has what voting on such values did). With no answers a vote falls to its earliest
+    candidate (after the execution filter: the earliest that passes)."""
     return None
 
 

@@ -1,9 +1,9 @@
 """RSE's prompts: the bank block of the guided solve prompt, and distillation (prompt, schema).
 
-Why the distillation prompt is short: on small models a rollout is ~200 tokens, so every
-token of instructions in a distillation or a guided prompt is paid again per rollout (the
-previous release's ablation spent ~82% of RSE's budget there; the rules above the bank stay
-because the dev set measured them worth their tokens). Why they are written this way (DESIGN §1.3):
+Why the distillation prompt is short: on small models a rollout is short, so every token of
+instructions in a distillation or a guided prompt is paid again per rollout (the rules above
+the bank stay because the dev set measured them worth their tokens; docs/decisions.md has the
+measurements). Why they are written this way (docs/rse.md):
 - a distiller forced to fill every field of a pitfall invents flaws in correct work, so no
   field and no count is required: an empty list is a valid answer;
 - banning every number of the bank switches recycling off on arithmetic, so propositions keep

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench import queue
+from bench import model_queue as queue
 
 
 def test_every_queued_run_is_a_known_cell_once_and_says_why():
