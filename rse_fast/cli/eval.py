@@ -100,6 +100,13 @@ def add_parser(sub: Any) -> None:
         help="directory; reruns resume from it (default eval-results; for `eval report`: the "
         "first directory merged, so the merged table and plot land beside the shards)",
     )
+    p.add_argument(
+        "--no-sample-pool",
+        action="store_true",
+        help="sample every method on its own; by default methods whose requests are the same "
+        "(sc's and best-of-N's samples, a first round or draft that asks what they ask) share "
+        "one stored reply, each charged what the server reported for it (OUT/sample_pool.jsonl)",
+    )
     p.add_argument("--title", help="report title")
     p.add_argument(
         "--cost",
@@ -212,6 +219,7 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from rse_fast.eval.runner import EvalPlan, run_eval
     from rse_fast.eval.summary import write_report
     from rse_fast.llm.client import LLMClient
+    from rse_fast.llm.sample_pool import SamplePool
     from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
 
     shard = Shard.parse(args.shard) if args.shard else None
@@ -272,7 +280,12 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
         if grader is not None:
             await check_grader_once(grader, out)
-        await run_eval(ds, plan, client, encoder=encoder, progress=log)
+        pool = None if args.no_sample_pool else SamplePool(out / "sample_pool.jsonl")
+        await run_eval(ds, plan, client.with_options(samples=pool), encoder=encoder,
+                       progress=log)  # fmt: skip
+        if pool is not None and log is not None:
+            log(f"sample pool: {pool.hits} of {pool.hits + pool.misses} whole-reply calls "
+                "answered from it (model time not paid again)")  # fmt: skip
     part = f", shard {shard.index}/{shard.count}" if shard else ""
     title = args.title or f"{ds.name}, {len(ds.problems)} problems{part}, model {model}"
     return write_report(plan.results_path, out, title, cost=args.cost or args.budget_unit)

@@ -28,6 +28,7 @@ from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, pa
 from rse_fast.llm.prompt_count import PromptCounter
 from rse_fast.llm.retry import RetryPolicy
 from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
+from rse_fast.llm.sample_pool import PooledReply, SamplePool
 from rse_fast.llm.sse import sse_payloads
 from rse_fast.llm.trace import TraceHook
 from rse_fast.llm.transport import Timeouts, Transport, open_response, read_json, stream_lines
@@ -139,6 +140,9 @@ class LLMClient:
         #: asks the server's tokenizer once, before the first capped call, to seed the margin
         self.prompt_counter = PromptCounter()
         self.count_tokens: TokenCounter = token_counter or approx_token_count
+        #: replies shared by request body across the methods of an evaluation (None: every
+        #: call goes to the server)
+        self.samples: SamplePool | None = None
 
     @property
     def pool(self) -> EndpointPool:
@@ -166,6 +170,7 @@ class LLMClient:
         ledger: Ledger | None = None,
         cap: BudgetCap | _Keep | None = KEEP,
         model: str | None = None,
+        samples: SamplePool | _Keep | None = KEEP,
     ) -> LLMClient:
         """A view of this client (same endpoints, routing state, connections and prompt
         margin) that records into ``ledger``, draws on ``cap`` (``None``: uncapped) and asks
@@ -177,6 +182,8 @@ class LLMClient:
             view.model = model
         if not isinstance(cap, _Keep):
             view.cap = cap
+        if not isinstance(samples, _Keep):
+            view.samples = samples
         return view
 
     def with_ledger(self, ledger: Ledger) -> LLMClient:
@@ -664,6 +671,25 @@ class LLMClient:
 
     # -- one request -----------------------------------------------------------------------
     async def _request(
+        self, body: dict[str, Any], first: EndpointState | None = None
+    ) -> ChatResult:
+        pooled = self.samples.get(body) if self.samples is not None else None
+        if pooled is not None:  # answered before: the same reply, at the usage reported then
+            choices = parse_choices(pooled.raw, pooled.endpoint)
+            return ChatResult(
+                choices=choices,
+                usage=self._usage(pooled.raw, body, choices),
+                latency_s=pooled.latency_s,
+                endpoint=pooled.endpoint,
+                model=str(pooled.raw.get("model") or body["model"]),
+                raw=pooled.raw,
+            )
+        result = await self._request_live(body, first)
+        if self.samples is not None:
+            self.samples.put(body, PooledReply(result.raw, result.latency_s, result.endpoint))
+        return result
+
+    async def _request_live(
         self, body: dict[str, Any], first: EndpointState | None = None
     ) -> ChatResult:
         t0 = time.perf_counter()
