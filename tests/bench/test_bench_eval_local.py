@@ -17,13 +17,18 @@ from fakes.scripted_tts import reply
 
 
 def test_each_part_is_the_recipe_a_user_runs_with_the_issues_settings():
+    """Issue 59's protocol: the 0.5B on the verifiable task, all seven families at three
+    budgets, at least 40 problems; HealthBench with at least 16 conversations, best-of-N,
+    refinement and fusion at two budgets, the 1.5B grading."""
     verifiable, health = eval_local.PARTS["verifiable"], eval_local.PARTS["healthbench"]
-    assert verifiable["limit"] >= 60 and health["limit"] >= 40
-    for part in (verifiable, health):
+    assert verifiable["limit"] >= 40 and health["limit"] >= 16
+    for part, least in ((verifiable, 3), (health, 2)):
         budgets = [int(b) for b in part["budgets"].split(",")]
-        assert len(budgets) >= 3 and max(budgets) >= 4 * min(budgets)
+        assert len(budgets) >= least and max(budgets) >= 4 * min(budgets)
+    assert verifiable["model"] == health["model"] == "qwen2.5-coder-0.5b"
     assert set(verifiable["methods"].split(",")) == {
         "sc", "bon", "beam", "particle", "refine", "fusion", "rse"}  # fmt: skip
+    assert {"bon", "refine", "fusion"} <= set(health["methods"].split(","))
     assert health["grader"] != health["model"]
     cmd = eval_local.command(health, "2/4", "http://grader/v1")
     assert cmd[cmd.index("--local-model") + 1] == "qwen2.5-coder-0.5b"
