@@ -25,8 +25,22 @@ def code_or_math(body: dict, index: int) -> str:
     return reply(body, index)
 
 
+@pytest.fixture
+def sandbox_available() -> None:
+    """Reflexion's code problem runs in the sandbox, which needs bubblewrap; a machine without
+    it skips, CI fails (it installs it)."""
+    import os
+
+    from rse_fast.eval import sandbox
+
+    if not sandbox.bwrap_works(sandbox.interpreter()):
+        if os.environ.get("CI") == "true":
+            pytest.fail("bubblewrap cannot run here; .ci/run installs it")
+        pytest.skip("bubblewrap (bwrap) is not available: apt-get install bubblewrap")
+
+
 @pytest.mark.integration
-async def test_every_family_of_the_catalog_answers_through_the_service():
+async def test_every_family_of_the_catalog_answers_through_the_service(sandbox_available):
     """Every family the catalog names answers its ``<family>:<model>``; reflexion, which
     retries on the examples a code problem states, takes one (``entry_point``) and says so
     when a request sends none."""

@@ -21,8 +21,7 @@ from rse_fast.answers.confidence import (
 from rse_fast.llm import LLMClient
 from rse_fast.methods import Problem, make_method
 from rse_fast.methods.voting import ConfidenceRule
-from rse_fast.testing import ScriptedServer
-from rse_fast.testing.server import Reply
+from rse_fast.testing import Reply, ScriptedServer
 
 
 def test_token_confidence_is_the_negative_mean_of_the_top_k():

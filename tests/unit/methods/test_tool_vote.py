@@ -12,8 +12,7 @@ from conftest import running_service
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods import Problem, make_method
 from rse_fast.methods.voting import tool_call_key
-from rse_fast.testing import ScriptedServer
-from rse_fast.testing.server import Reply
+from rse_fast.testing import Reply, ScriptedServer
 
 TOOLS = ({"type": "function", "function": {"name": "get_weather", "parameters": {}}},)
 ASK = ({"role": "system", "content": "You are an agent."},
