@@ -29,7 +29,10 @@ if TYPE_CHECKING:  # in the sandbox these come from the codec's text, read in ah
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _KILL = 0x7FFF0000, 0x80000000
 _SECCOMP_ERRNO = 0x00050000
-_NR, _ARCH, _ARG0, _ARG2_LO, _ARG2_HI = 0, 4, 16, 32, 36
+_NR, _ARCH, _ARG0, _ARG1_LO, _ARG2_LO, _ARG2_HI = 0, 4, 16, 24, 32, 36
+#: fcntl commands that aim the kernel's I/O signals at a process (any process the user owns):
+#: F_SETOWN, F_SETSIG, F_SETOWN_EX
+_SIGNAL_OWNER_CMDS = (8, 10, 15)
 _CLONE_THREAD = 0x00010000
 
 #: Syscalls the candidate never needs: new programs and processes (``clone`` is handled
@@ -55,7 +58,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         "mount": 165, "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "msgget": 68,
         "mq_open": 240, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "bpf": 321, "perf_event_open": 298,
-        "clone": 56, "clone3": 435, "prlimit64": 302,
+        "clone": 56, "clone3": 435, "prlimit64": 302, "fcntl": 72,
     }),
     "aarch64": (0xC00000B7, {
         "execve": 221, "execveat": 281, "kill": 129, "tkill": 130, "tgkill": 131,
@@ -65,15 +68,15 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "msgget": 186, "mq_open": 180,
         "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "bpf": 280, "perf_event_open": 241,
-        "clone": 220, "clone3": 435, "prlimit64": 261,
+        "clone": 220, "clone3": 435, "prlimit64": 261, "fcntl": 25,
     }),
 }  # fmt: skip
 
 
 def _filter_program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The filter for ``machine``: refused syscalls answer EPERM; ``clone`` only makes
-    threads; ``clone3`` answers ENOSYS (the C library falls back to ``clone``);
-    ``prlimit64`` only reads; a foreign ABI is killed."""
+    """The filter for ``machine``: refused syscalls answer EPERM; ``fcntl`` may not set a
+    signal owner; ``clone`` only makes threads; ``clone3`` answers ENOSYS (the C library
+    falls back to ``clone``); ``prlimit64`` only reads; a foreign ABI is killed."""
     arch, numbers = _ARCHES[machine]
     refused = [numbers[name] for name in _REFUSED if name in numbers]
     clone, clone3, prlimit = numbers["clone"], numbers["clone3"], numbers["prlimit64"]
@@ -88,6 +91,16 @@ def _filter_program(machine: str) -> list[tuple[int, int, int, int]]:
         prog += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, eperm)]
     for nr in refused:
         prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, eperm)]
+    setown, setsig, setown_ex = _SIGNAL_OWNER_CMDS
+    prog += [  # fcntl may not aim I/O signals at a process (a route to signal another)
+        (_JEQ, 0, 6, numbers["fcntl"]),
+        (_LD_W_ABS, 0, 0, _ARG1_LO),
+        (_JEQ, 2, 0, setown),
+        (_JEQ, 1, 0, setsig),
+        (_JEQ, 0, 1, setown_ex),
+        (_RET, 0, 0, eperm),
+        (_LD_W_ABS, 0, 0, _NR),  # reload: the check replaced it
+    ]
     prog += [
         (_JEQ, 0, 1, clone3),
         (_RET, 0, 0, _SECCOMP_ERRNO | errno.ENOSYS),

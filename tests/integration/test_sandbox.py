@@ -660,6 +660,48 @@ def test_no_route_signals_another_process_in_the_weak_mode(monkeypatch):
         assert name in result.detail, result.detail
 
 
+SIGIO = (
+    DISARM
+    + """
+import fcntl, os, signal
+def double(target):
+    _disarm()
+    read, write = os.pipe()
+    said = []
+    for name, cmd, arg in (("F_SETOWN", fcntl.F_SETOWN, target), ("F_SETSIG", 10, 15)):
+        try:
+            fcntl.fcntl(read, cmd, arg)
+            said.append(name + " taken")
+        except OSError as exc:
+            said.append(name + " " + type(exc).__name__)
+    fcntl.fcntl(read, fcntl.F_SETFL, fcntl.fcntl(read, fcntl.F_GETFL) | os.O_ASYNC)
+    os.write(write, b"x")  # with an owner set, the kernel would signal it now
+    return "; ".join(said)
+"""
+)
+
+
+def test_no_io_signal_can_be_aimed_at_another_process_in_the_weak_mode(monkeypatch):
+    """fcntl(F_SETOWN) with O_ASYNC makes the kernel signal a chosen process when I/O is
+    ready (F_SETSIG picks SIGTERM): a route to signal another process of the same user that
+    the syscall list alone missed. The filter refuses the commands that set an owner."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(sandbox, "bwrap_works", lambda python: False)
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        tell = f"def check(candidate):\n    raise AssertionError(candidate({target.pid}))\n"
+        result = run_tests(SIGIO, tell, "double", limits=FAST, allow_weak=True)
+        time.sleep(0.2)
+        assert target.poll() is None, "the target was signalled"
+    finally:
+        target.kill()
+        target.wait()
+    assert "F_SETOWN PermissionError" in result.detail, result.detail
+    assert "F_SETSIG PermissionError" in result.detail, result.detail
+
+
 def test_the_sandbox_fails_closed_without_its_process_filter(monkeypatch):
     """A filter the kernel would not take used to be reported and ignored: the candidate ran
     anyway. Now nothing runs, and the caller gets an error saying why, unless it asked for
