@@ -11,19 +11,19 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
 
 from rse_fast.errors import LLMBadRequestError, LLMError, LLMHTTPError
+from rse_fast.llm.booking import CallBooking, Reservation
 from rse_fast.llm.cost import CostModel, ServerSpeed
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
-from rse_fast.llm.meter import BudgetCap, Grant, PromptMargin
+from rse_fast.llm.meter import BudgetCap, PromptMargin
 from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, parse_usage
 from rse_fast.llm.prompt_count import PromptCounter
 from rse_fast.llm.retry import RetryPolicy
@@ -197,8 +197,11 @@ class LLMClient:
         return self.with_options(ledger=run.ledger, cap=run.cap)
 
     @property
-    def _priced_as(self) -> str | None:
-        return self.price.spec if self.price is not None else None
+    def booking(self) -> CallBooking:
+        """This view's accounting: its ledger, its cap, the shared prompt margin, its
+        model's prices (the transport never touches the cap or the ledger itself)."""
+        return CallBooking(self.ledger, self.cap, self.prompt_margin, self.count_tokens,
+                           self.price)  # fmt: skip
 
     async def close(self) -> None:
         """Close the connections (shared with every ``with_ledger`` view)."""
@@ -287,40 +290,33 @@ class LLMClient:
         t0 = time.perf_counter()
         if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
             await self._calibrate(body, self.prompt_margin)
-        grant, estimate = self._reserve(body, n)
+        booking = self.booking
+        held = booking.reserve(body, n)
         try:
             try:
-                result = await self._chat_n(body, n, grant)
+                result = await self._chat_n(body, n, held)
             except LLMBadRequestError as exc:
                 if not self._refused_logprobs(body, exc):
                     raise
                 self.ledger.record_error(
                     role, exc, time.perf_counter() - t0, exc.endpoint or "", task
                 )
-                result = await self._chat_n(without_logprobs(body), n, grant)
+                result = await self._chat_n(without_logprobs(body), n, held)
         except LLMHTTPError as exc:  # the server answered with an error: it generated nothing
-            self._release(grant)
-            self.ledger.record_error(role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
+            booking.failed(held, role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
             raise
         except LLMError as exc:  # no reply came: what the server did is bounded, not known
-            bound = self._unanswered(body, n, estimate)
-            self._release(grant, bound.total_tokens)
-            self.ledger.record_error(
-                role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound,
-                self._priced_as,
-            )  # fmt: skip
-            raise
-        except BaseException as exc:  # cancelled (a stop no longer waits for it)
-            bound = self._unanswered(body, n, estimate)
-            self._release(grant, bound.total_tokens)
-            self.ledger.record_error(
-                role, exc, time.perf_counter() - t0, "", task, bound, self._priced_as
+            bound = booking.unanswered_bound(body, n, held.estimate)
+            booking.failed(
+                held, role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound
             )
             raise
-        self._settle(grant, result.usage, estimate, result.requests)
-        self.ledger.record_usage(
-            role, result.usage, result.latency_s, result.endpoint, n, task, self._priced_as
-        )
+        except BaseException as exc:  # cancelled (a stop no longer waits for it)
+            bound = booking.unanswered_bound(body, n, held.estimate)
+            booking.failed(held, role, exc, time.perf_counter() - t0, "", task, bound)
+            raise
+        booking.answered(held, role, result.usage, result.latency_s, result.endpoint, n=n,
+                         task=task, requests=result.requests)  # fmt: skip
         return result
 
     def _refused_logprobs(self, body: dict[str, Any], error: LLMBadRequestError) -> bool:
@@ -343,23 +339,6 @@ class LLMClient:
             cap.margin = self.prompt_margin  # the cap's own default, for callers without one
         return self.with_options(cap=cap)
 
-    def _reserve(self, body: dict[str, Any], n: int) -> tuple[Grant | None, int]:
-        """Reserve a call's worst case on the cap (its ``max_tokens`` cut to fit)."""
-        if self.cap is None:
-            return None, 0
-        estimate = self._prompt_estimate(body)
-        wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4096)
-        grant = self.cap.reserve(estimate, wanted, n, margin=self.prompt_margin, price=self.price)
-        body["max_tokens"] = grant.completion
-        body.pop("max_completion_tokens", None)
-        return grant, estimate
-
-    def _prompt_estimate(self, body: dict[str, Any]) -> int:
-        estimate = count_prompt_tokens(body["messages"], self.count_tokens)
-        if body.get("tools"):
-            estimate += self.count_tokens(json.dumps(body["tools"]))
-        return estimate
-
     async def calibrate_prompt_margin(self, messages: Sequence[Message]) -> None:
         """Ask the server, once per client, how it counts ``messages`` (template included),
         so the first capped call's reservation and a refusal minimum already hold it. A
@@ -371,54 +350,15 @@ class LLMClient:
     async def _calibrate(self, body: dict[str, Any], margin: PromptMargin) -> None:
         """A client's first capped call (or run) asks the server how it counts the prompt, so
         the first wave's reservations already hold what its chat template adds."""
-        await self.prompt_counter.seed(self.transport, margin, body, self._prompt_estimate(body))
+        estimate = self.booking.prompt_estimate(body)
+        await self.prompt_counter.seed(self.transport, margin, body, estimate)
 
-    def _settle(self, grant: Grant | None, usage: Usage, estimate: int, requests: int) -> None:
-        if grant is not None and self.cap is not None:
-            per_request = usage.prompt_tokens // max(1, requests)
-            self.cap.settle(
-                grant, per_request, usage.total_tokens, estimate, self.prompt_margin,
-                requests=max(1, requests), cached_tokens=usage.cached_tokens or 0,
-                price=self.price,
-            )  # fmt: skip
-
-    @contextlib.contextmanager
     def metered_outside(
         self, role: str, usage: Usage, endpoint: str, task: str | None = None
-    ) -> Iterator[None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """A call that is not a chat completion (a reward model's HTTP API), metered like
-        one: its ``usage`` (an estimate) reserved on the run's cap before it is sent
-        (:class:`BudgetExhaustedError` when it does not fit), and booked when it ends,
-        answered or not."""
-        grant = None
-        if self.cap is not None:
-            exact = PromptMargin(ratio=1.0, slack=0)
-            grant = self.cap.reserve(
-                usage.prompt_tokens, usage.completion_tokens, margin=exact, price=self.price
-            )
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            if grant is not None and self.cap is not None:
-                self.cap.release(grant, usage.total_tokens)
-            self.ledger.record_usage(
-                role, usage, time.perf_counter() - t0, endpoint, task=task,
-                priced_as=self._priced_as,
-            )  # fmt: skip
-
-    def _unanswered(self, body: dict[str, Any], n: int, estimate: int) -> Usage:
-        """What a call that got no reply is booked at: the prompt and every completion token
-        it asked for (as reserved: a cap cut ``max_tokens`` to fit). A server that went on
-        generating after the caller left spent at most that; booking less could let a cap
-        be overrun by work nobody waits for."""
-        prompt = self.prompt_margin.reserve(estimate or self._prompt_estimate(body))
-        completion = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
-        return Usage(prompt * n, completion * n, "bound")
-
-    def _release(self, grant: Grant | None, spent: int = 0) -> None:
-        if grant is not None and self.cap is not None:
-            self.cap.release(grant, spent)
+        one (see :meth:`CallBooking.outside`)."""
+        return self.booking.outside(role, usage, endpoint, task)
 
     async def chat_json(
         self, messages: Sequence[Message], schema: dict[str, Any], **params: Any
@@ -502,7 +442,8 @@ class LLMClient:
             body["stream_options"] = {"include_usage": True}
         if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
             await self._calibrate(body, self.prompt_margin)
-        grant, estimate = self._reserve(body, 1)
+        booking = self.booking
+        held = booking.reserve(body, 1)
         t0 = time.perf_counter()
         content: list[str] = []
         reasoning: list[str] = []
@@ -524,28 +465,16 @@ class LLMClient:
             # an error status before any event: the server generated nothing; a stream that
             # broke, timed out or was cut: what it may have cost, as a bound
             answered = isinstance(exc, LLMHTTPError) and not (content or reasoning)
-            bound = None
-            if not answered:
-                spent = self._streamed_so_far(body, content, reasoning)
-                prompt = self._prompt_bound(body)
-                bound = Usage(prompt, spent - prompt, "bound")
-            self._release(grant, bound.total_tokens if bound else 0)
-            self.ledger.record_error(
-                role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound,
-                self._priced_as,
-            )  # fmt: skip
+            bound = None if answered else booking.streamed_bound(body, content, reasoning)
+            booking.failed(
+                held, role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound
+            )
             if endpoint:  # broke mid-stream (failures before the first byte are traced already)
                 self._trace_failure(body, exc)
             raise
-        except BaseException:  # cancelled or closed mid-stream: what streamed so far was spent
-            spent = self._streamed_so_far(body, content, reasoning)
-            self._release(grant, spent)
-            if spent:  # sent, so paid for: booked as a bound (the server sent no usage)
-                prompt = self._prompt_bound(body)
-                usage = Usage(prompt, spent - prompt, "bound")
-                self.ledger.record_usage(
-                    role, usage, time.perf_counter() - t0, endpoint, 1, task, self._priced_as
-                )
+        except BaseException:  # cancelled or closed mid-stream: sent, so paid for, as a bound
+            bound = booking.streamed_bound(body, content, reasoning)
+            booking.cut_short(held, role, bound, time.perf_counter() - t0, endpoint, task)
             raise
         text, thought = "".join(content), "".join(reasoning)
         if usage is None:
@@ -555,23 +484,9 @@ class LLMClient:
                 "estimated",
             )
         latency = time.perf_counter() - t0
-        self._settle(grant, usage, estimate, 1)
-        self.ledger.record_usage(role, usage, latency, endpoint, 1, task, self._priced_as)
+        booking.answered(held, role, usage, latency, endpoint, task=task)
         self._trace_reply(body, endpoint, latency, [text], [thought or None], usage)
         yield StreamEvent(done=True, usage=usage)
-
-    def _streamed_so_far(
-        self, body: dict[str, Any], content: list[str], reasoning: list[str]
-    ) -> int:
-        """Tokens a stream cut short may have cost: its prompt (as the margin learned from
-        the server's counts reserves it: the estimate alone can fall short of what the
-        server counted) and what it had sent."""
-        return self._prompt_bound(body) + self.count_tokens("".join(content) + "".join(reasoning))
-
-    def _prompt_bound(self, body: dict[str, Any]) -> int:
-        """A prompt as the server may have counted it: the estimate widened by the margin
-        every reply so far taught this client."""
-        return self.prompt_margin.reserve(self._prompt_estimate(body))
 
     async def models(self) -> list[str]:
         """The model ids the (first healthy) endpoint serves, from ``GET /models``."""
@@ -579,24 +494,24 @@ class LLMClient:
         return [str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
 
     # -- n > 1 -----------------------------------------------------------------------------
-    async def _chat_n(self, body: dict[str, Any], n: int, grant: Grant | None) -> ChatResult:
+    async def _chat_n(self, body: dict[str, Any], n: int, held: Reservation) -> ChatResult:
         if n == 1:
             return await self._request(body)
         state = self.pool.pick()
         if state.supports_n is False:
-            return await self._fan_out(body, n, 0, grant, reserved=1)
+            return await self._fan_out(body, n, 0, held, reserved=1)
         try:
             first = await self._request({**body, "n": n}, state)
         except LLMBadRequestError as exc:
             if not exc.concerns("n"):
                 raise  # the request itself is at fault (context too long, bad field, ...)
             state.supports_n = False  # rejected n > 1 by name: fall back to single requests
-            return await self._fan_out(body, n, 0, grant, reserved=1)
+            return await self._fan_out(body, n, 0, held, reserved=1)
         if len(first.choices) >= n:
             state.supports_n = True
             return first
         state.supports_n = False  # ignored n: fetch the missing choices one by one
-        rest = await self._fan_out(body, n - len(first.choices), len(first.choices), grant)
+        rest = await self._fan_out(body, n - len(first.choices), len(first.choices), held)
         return self._merge([first, rest]) if rest.choices else first
 
     async def _fan_out(
@@ -604,14 +519,14 @@ class LLMClient:
         body: dict[str, Any],
         count: int,
         offset: int,
-        grant: Grant | None,
+        held: Reservation,
         reserved: int = 0,
     ) -> ChatResult:
         """``count`` single requests, ``reserved`` of which the grant holds prompts for; on a
         cap, the others' prompts are reserved first, and the requests that do not fit are
         not sent (the call returns fewer choices)."""
-        if grant is not None and self.cap is not None and count > reserved:
-            count = reserved + self.cap.add_requests(grant, count - reserved)
+        if count > reserved:
+            count = reserved + self.booking.add_requests(held, count - reserved)
         base = body.get("seed")
         seeds = [
             (base + offset + i) if isinstance(base, int) else random.randrange(2**31)
