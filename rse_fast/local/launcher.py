@@ -2,17 +2,16 @@
 wheel, in a process of its own, taking the subset of ``llama-server`` flags that
 :meth:`LocalServer.command` passes, so either server starts from the same command line.
 
-It serves until SIGTERM or SIGINT, then exits 0. The server's threads are native; the process
-exits without running their destructors, which is what makes the stop prompt and clean (the
-kernel frees the model's memory and the listening socket)."""
+It serves until SIGTERM or SIGINT, which end the process at once by the signal's default
+action: the server's native threads may hold the interpreter while they generate, so a
+Python-level handler could wait for a long queue to drain (it did, under load); the kernel
+frees the model's memory and the listening socket."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
-import threading
 from collections.abc import Sequence
 
 #: the flags LocalServer passes; anything else is refused so a typo is not silently ignored
@@ -51,15 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         params.cpuparams_batch.n_threads = args.threads
     params.use_jinja = args.jinja
     params.endpoint_metrics = True
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, signal.SIG_DFL)  # the kernel ends the process: no GIL needed
     server = xllamacpp.Server(params)
     print(f"xllamacpp {xllamacpp.__version__} serving at {server.listening_address}", flush=True)
-    stop.wait()
-    print("stopping on signal", flush=True)
-    sys.stdout.flush()
-    os._exit(0)
+    while True:
+        signal.pause()
 
 
 if __name__ == "__main__":
