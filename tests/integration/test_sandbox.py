@@ -639,9 +639,9 @@ def double(target):
 )
 
 
-def test_no_route_signals_another_process_in_the_weak_mode(monkeypatch):
-    """With the audit hook disarmed, rt_sigqueueinfo delivered SIGTERM to another process of
-    the same user; now the kernel refuses every route (EPERM: errno 1)."""
+def aimed_at_another_process(body: str, monkeypatch):
+    """Run ``body`` in the weak mode with a live process of the same user's pid as its
+    argument; the result, once it is clear the process was not signalled."""
     import subprocess
     import sys
 
@@ -649,12 +649,19 @@ def test_no_route_signals_another_process_in_the_weak_mode(monkeypatch):
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         tell = f"def check(candidate):\n    raise AssertionError(candidate({target.pid}))\n"
-        result = run_tests(SIGNAL, tell, "double", limits=FAST, allow_weak=True)
+        result = run_tests(body, tell, "double", limits=FAST, allow_weak=True)
         time.sleep(0.2)
         assert target.poll() is None, "the target was signalled"
     finally:
         target.kill()
         target.wait()
+    return result
+
+
+def test_no_route_signals_another_process_in_the_weak_mode(monkeypatch):
+    """With the audit hook disarmed, rt_sigqueueinfo delivered SIGTERM to another process of
+    the same user; now the kernel refuses every route (EPERM: errno 1)."""
+    result = aimed_at_another_process(SIGNAL, monkeypatch)
     assert result.process_filter == "seccomp", result
     for name in ("rt_sigqueueinfo -1 1", "rt_tgsigqueueinfo -1 1", "pidfd_open -1 1"):
         assert name in result.detail, result.detail
@@ -685,19 +692,7 @@ def test_no_io_signal_can_be_aimed_at_another_process_in_the_weak_mode(monkeypat
     """fcntl(F_SETOWN) with O_ASYNC makes the kernel signal a chosen process when I/O is
     ready (F_SETSIG picks SIGTERM): a route to signal another process of the same user that
     the syscall list alone missed. The filter refuses the commands that set an owner."""
-    import subprocess
-    import sys
-
-    monkeypatch.setattr(sandbox, "bwrap_works", lambda python: False)
-    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        tell = f"def check(candidate):\n    raise AssertionError(candidate({target.pid}))\n"
-        result = run_tests(SIGIO, tell, "double", limits=FAST, allow_weak=True)
-        time.sleep(0.2)
-        assert target.poll() is None, "the target was signalled"
-    finally:
-        target.kill()
-        target.wait()
+    result = aimed_at_another_process(SIGIO, monkeypatch)
     assert "F_SETOWN PermissionError" in result.detail, result.detail
     assert "F_SETSIG PermissionError" in result.detail, result.detail
 
