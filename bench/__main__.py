@@ -8,6 +8,7 @@ import sys
 #: name -> what it measures (each module's ``main()`` runs it)
 BENCHES = {
     "dedup": "the dedup kernel against NumPy, FAISS at its best, the naive loop and the machine",
+    "dedup_scale": "the float16 bank against float32, NumPy and FAISS at N up to 5e6, a stream",
     "encoder": "the sentence encoder's throughput",
     "embed_text": "embedding the bank's statements, batch against streamed",
     "client": "the LLM client against the openai SDK on the scripted server",

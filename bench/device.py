@@ -1,5 +1,6 @@
-"""The one prepared run for a machine with a GPU: the encoder on the CUDA provider and the
-dedup kernel at N=1e6, each against its baselines in the same run.
+"""The one prepared run for a machine with a GPU: the encoder on the CUDA provider, the dedup
+kernel at N=1e6 on the CPU, and the GPU kernel (``kernels.cuda``) at N=1e6 against CuPy's
+matmul + max, each against its baselines in the same run.
 
     python -m bench device            # writes bench/results/device.json
     python -m bench device --quick    # N=1e5 and fewer texts: checks the script on any machine
@@ -25,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import write_result
-from bench.dedup import make_bank, make_faiss, run_config, scan_against_bandwidth
+from bench.common import best_time, write_result
+from bench.dedup import make_bank, make_batch, make_faiss, run_config, scan_against_bandwidth
 from bench.encoder import make_texts, rate
 from bench.limits import sgemm_gflops
 from rse_fast import kernels
@@ -116,6 +117,60 @@ def kernel_part(n: int) -> dict[str, Any]:
     }
 
 
+def gpu_kernel_part(n: int, repeat: int = 5) -> dict[str, Any]:
+    """The greedy kernel's bank pass on the GPU (``kernels.cuda``, a float32 mirror of the
+    bank) against CuPy's matmul + max on the same device, B ∈ {1, 64, 256}, decisions checked
+    against the CPU kernel's; where no GPU answers (or CuPy is missing) the JSON says why."""
+    import os
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return {"unavailable": "NUMBA_ENABLE_CUDASIM=1: the simulator is for tests, not timings"}
+    try:
+        from rse_fast.kernels import cuda as gpu
+    except ImportError as exc:
+        return {"unavailable": f"numba-cuda is not installed ({exc})"}
+    if not gpu.available():
+        return {"unavailable": "numba-cuda finds no CUDA device"}
+    from numba import cuda
+
+    bank = make_bank(n, 384)
+    mirror = gpu.CudaRows(384, n)
+    mirror.append(bank)
+    out: dict[str, Any] = {"N": n, "d": 384, "device": cuda.get_current_device().name.decode()}
+    try:
+        import cupy as cp
+    except ImportError as exc:
+        cp, out["cupy_unavailable"] = None, str(exc)
+    if cp is not None:
+        bank_cp = cp.asarray(bank)
+    for b in (256, 64, 1):
+        batch = make_batch(bank, b)
+        none = np.full(b, -1, np.int64)
+        bound = mirror.bind(n, lambda ids: bank[ids])
+        got = kernels.greedy_insert(bound, n, batch, 0.85, none, none)
+        want = kernels.greedy_insert(bank, n, batch, 0.85, none, none)
+        row: dict[str, Any] = {
+            "B": b,
+            "equals_cpu_kernel": all(np.array_equal(x, y) for x, y in zip(got, want, strict=True)),
+        }
+
+        def ours(bound: Any = bound, batch: np.ndarray = batch, none: np.ndarray = none) -> None:
+            kernels.greedy_insert(bound, n, batch, 0.85, none, none)
+            cuda.synchronize()
+
+        row["kernel_ms"] = best_time(ours, repeat=repeat) * 1e3
+        if cp is not None:
+            batch_cp = cp.asarray(batch)
+
+            def cupy_max(batch_cp: Any = batch_cp) -> None:
+                cp.matmul(bank_cp, batch_cp.T).max(axis=0).get()
+
+            row["cupy_matmul_max_ms"] = best_time(cupy_max, repeat=repeat) * 1e3
+            row["speedup_vs_cupy"] = row["cupy_matmul_max_ms"] / row["kernel_ms"]
+        out[str(b)] = row
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N=1e5, 64 texts")
@@ -125,6 +180,8 @@ def main() -> None:
     payload["encoder"] = encoder_part(64 if args.quick else 2000, 3)
     print(json.dumps(payload["encoder"], default=str)[:2000], flush=True)
     payload["kernel"] = kernel_part(100_000 if args.quick else 1_000_000)
+    payload["gpu_kernel"] = gpu_kernel_part(100_000 if args.quick else 1_000_000)
+    print(json.dumps(payload["gpu_kernel"], default=str)[:2000], flush=True)
     payload["wall_s"] = time.perf_counter() - t0
     path = write_result("device_quick" if args.quick else "device", payload)
     enc, ker = payload["encoder"], payload["kernel"]

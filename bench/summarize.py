@@ -70,6 +70,32 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("dedup_quick", "fraction_of_sgemm_b64", "–", "B=64: GFLOP/s ÷ square sgemm GFLOP/s"),
     ("dedup_quick", "scan_fraction_of_bandwidth", "≥ 0.7", "B=1 scan at N=1e6 ÷ read bandwidth"),
     (
+        "dedup_scale_quick",
+        "decisions_identical",
+        "true",
+        "float16 == float32 decisions, rows, similarities; == NumPy == FAISS accepted",
+    ),
+    ("dedup_scale_quick", "float16_vs_numpy_b1", "≥ 1.7", "B=1, N=1e5: float16 bank vs NumPy"),
+    (
+        "dedup_scale_quick",
+        "float16_vs_numpy_b64_b256",
+        "≥ 1.0",
+        "worst of B=64, 256, N=1e5: float16 bank vs NumPy",
+    ),
+    ("dedup_scale_quick", "bank_memory_ratio", "≤ 0.55", "float16 index bytes ÷ float32's"),
+    (
+        "dedup_scale_quick",
+        "scan_fraction_of_bandwidth",
+        "≥ 0.8",
+        "float16 B=1 scan at N=1e6, its bytes read ÷ read bandwidth",
+    ),
+    (
+        "dedup_scale_quick",
+        "stream_float16_vs_numpy",
+        "–",
+        "40 batches of 16 into a growing bank of 1e5: float16 index vs NumPy",
+    ),
+    (
         "encoder_quick",
         "speedup_vs_fastembed_best",
         "≥ 1.2",

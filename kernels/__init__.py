@@ -6,19 +6,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import tuning
-from ._jit import exact_dot, row_digests, update_running_max_cols
-from .greedy import GreedyDecisions, bank_max_tiled, greedy_insert, tie_band
+from . import half, tuning
+from ._jit import exact_dot, row_digests
+from .banks import BankRows, DeviceRows, Float32Rows, HalfRows, tie_band
+from .greedy import GreedyDecisions, bank_max_exact, bank_max_tiled, greedy_insert
 from .threads import available_cores, set_threads
 from .tuning import TilePlan
 
 __all__ = [
+    "BankRows",
+    "DeviceRows",
+    "Float32Rows",
     "GreedyDecisions",
+    "HalfRows",
     "TilePlan",
     "available_cores",
+    "bank_max_exact",
     "bank_max_tiled",
     "exact_dot",
     "greedy_insert",
+    "half",
     "row_digests",
     "set_threads",
     "tie_band",
@@ -33,29 +40,26 @@ def tune(dim: int = 384, batches: tuple[int, ...] = (16, 64, 256)) -> dict[int, 
     return tuning.tune(dim, batches, bank_max_tiled)
 
 
-_WARMED: set[int] = set()
+_WARMED: set[str] = set()
 
 
-def warmup(dim: int = 384) -> None:
-    """Compile (or load from the on-disk cache) every kernel specialisation used at run time.
-    Idempotent: later calls (any dim; the specialisations do not depend on it) return at once."""
-    if _WARMED:
+def warmup(dim: int = 384, precision: str = "float32") -> None:
+    """Compile (or load from the on-disk cache) every kernel specialisation a bank of this
+    ``precision`` uses at run time (the half-precision kernels only when asked: a float32
+    bank never pays for them). Idempotent per precision."""
+    if precision in _WARMED:
         return
     rng = np.random.default_rng(0)
     rows = rng.standard_normal((8, dim)).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
     row_digests(rows)
+    store: np.ndarray | BankRows = rows
+    if precision == "float16":
+        store = HalfRows(half.encode(rows), 8, lambda ids: rows[ids])
     for b in (1, 3):
         batch = np.ascontiguousarray(rows[:b])
         none = np.full(b, -1, np.int64)
-        greedy_insert(rows, 8, batch, 0.5, none, none, tuning.DEFAULT)  # compiles, no tuning
-        greedy_insert(rows, 0, batch, 0.5, none, none, tuning.DEFAULT)
-    update_running_max_cols(
-        np.zeros((2, 3), np.float32), 0, np.zeros(2, np.float32), np.zeros(2, np.int64)
-    )
-    # tie-band path
-    v = np.ascontiguousarray(rows[:2])
-    sim = float(rows[0] @ rows[5])
-    none = np.full(2, -1, np.int64)
-    greedy_insert(rows[5:6].copy(), 1, v, sim, none, none, tuning.DEFAULT)
-    _WARMED.add(dim)
+        for plan in (tuning.DEFAULT, TilePlan("cols", tuning.DEFAULT.tile_rows)):
+            greedy_insert(store, 8, batch, 0.5, none, none, plan)  # compiles, no tuning
+        greedy_insert(store, 0, batch, 0.5, none, none, tuning.DEFAULT)
+    _WARMED.add(precision)

@@ -1,9 +1,9 @@
 """Numba kernels for exact greedy deduplication.
 
 Compiled lazily on first call (``cache=True`` keeps the machine code on disk), never at import.
-Similarities are float32 dot products of L2-normalised rows; any value within ``band`` of τ is
-recomputed as a float64 dot in index order, so decisions follow one exact rule whatever the
-summation order of BLAS or SIMD code was.
+Similarities are approximate dot products of L2-normalised rows (float32 BLAS, or decoded
+half-precision rows); every value the error bound cannot settle is recomputed as a float64 dot
+in index order, so decisions follow one exact rule whatever the storage or summation order.
 """
 
 from __future__ import annotations
@@ -22,16 +22,6 @@ def exact_dot(a: np.ndarray, b: np.ndarray) -> float:
     for k in range(a.shape[0]):
         s += np.float64(a[k]) * np.float64(b[k])
     return s
-
-
-@nb.njit(cache=True, nogil=True, fastmath=True)
-def fast_dot(a: np.ndarray, b: np.ndarray) -> float:
-    """SIMD float32 dot product (reassociated; only trusted outside the tie band), returned
-    widened to float64 (exact), as every caller compares it with a float64 τ."""
-    s = np.float32(0.0)
-    for k in range(a.shape[0]):
-        s += a[k] * b[k]
-    return float(s)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -58,53 +48,134 @@ def row_digests(rows: np.ndarray) -> np.ndarray:
     return out
 
 
-@nb.njit(cache=True, nogil=True)
-def update_running_max(
-    scores: np.ndarray, row_offset: int, best: np.ndarray, best_row: np.ndarray
+@nb.njit(cache=True, nogil=True, inline="always")
+def _offer(
+    v: float,
+    row: int,
+    j: int,
+    window: float,
+    best: np.ndarray,
+    near_row: np.ndarray,
+    near_score: np.ndarray,
+    near_n: np.ndarray,
 ) -> None:
-    """Fold one (T, B) tile of similarities into the per-candidate running max/argmax."""
+    """Keep ``row`` among candidate j's near-maximum rows if its score is within ``window`` of
+    the running maximum; a new maximum drops the rows it leaves behind. More than K rows
+    within the window marks the candidate overflowed (``near_n = K + 1``): it is re-scanned."""
+    k_cap = near_row.shape[1]
+    if v > best[j]:
+        best[j] = v
+        count = near_n[j]
+        if count <= k_cap:
+            keep = 0
+            for e in range(count):
+                if near_score[j, e] >= v - window:
+                    near_row[j, keep] = near_row[j, e]
+                    near_score[j, keep] = near_score[j, e]
+                    keep += 1
+            near_n[j] = keep
+    count = near_n[j]
+    if count < k_cap:
+        near_row[j, count] = row
+        near_score[j, count] = v
+        near_n[j] = count + 1
+    else:
+        near_n[j] = k_cap + 1
+
+
+@nb.njit(cache=True, nogil=True)
+def fold_near_rows(
+    scores: np.ndarray,
+    row_offset: int,
+    window: float,
+    best: np.ndarray,
+    near_row: np.ndarray,
+    near_score: np.ndarray,
+    near_n: np.ndarray,
+) -> None:
+    """Fold one (T, B) tile of approximate scores into each candidate's running maximum and
+    the rows within ``window`` of it."""
     t, b = scores.shape
     for i in range(t):
         for j in range(b):
             v = scores[i, j]
-            if v > best[j]:
-                best[j] = v
-                best_row[j] = row_offset + i
+            if v >= best[j] - window:
+                _offer(v, row_offset + i, j, window, best, near_row, near_score, near_n)
 
 
 @nb.njit(cache=True, nogil=True)
-def update_running_max_cols(
-    scores: np.ndarray, row_offset: int, best: np.ndarray, best_row: np.ndarray
+def fold_near_cols(
+    scores: np.ndarray,
+    row_offset: int,
+    window: float,
+    best: np.ndarray,
+    near_row: np.ndarray,
+    near_score: np.ndarray,
+    near_n: np.ndarray,
 ) -> None:
-    """Fold one (B, T) tile into the running max/argmax: each candidate's row of the tile is
-    contiguous. The first maximum in row order wins, as in the (T, B) layout."""
+    """As :func:`fold_near_rows` for a (B, T) tile, whose candidate rows are contiguous."""
     b, t = scores.shape
     for j in range(b):
-        top = best[j]
-        at = best_row[j]
+        floor = best[j] - window
         for i in range(t):
             v = scores[j, i]
-            if v > top:
-                top = v
-                at = row_offset + i
-        best[j] = top
-        best_row[j] = at
+            if v >= floor:
+                _offer(v, row_offset + i, j, window, best, near_row, near_score, near_n)
+                floor = best[j] - window
 
 
 @nb.njit(cache=True, nogil=True)
-def first_exact_hit(
-    rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: float
-) -> tuple[int, float]:
-    """First used row whose exact similarity to ``v`` is >= τ, as (row, sim); (-1, nan) if none.
+def settle_pairs(
+    rows: np.ndarray,
+    pair_cand: np.ndarray,
+    pair_row: np.ndarray,
+    batch: np.ndarray,
+    best: np.ndarray,
+    best_row: np.ndarray,
+) -> None:
+    """Exact maximum per candidate over its (row id, exact row) pairs: the highest
+    ``exact_dot``, the lowest row id among equals. ``best`` starts at -inf, ``best_row`` at -1."""
+    for p in range(pair_cand.shape[0]):
+        j = pair_cand[p]
+        s = exact_dot(rows[p], batch[j])
+        r = pair_row[p]
+        if s > best[j] or (s == best[j] and r < best_row[j]):
+            best[j] = s
+            best_row[j] = r
 
-    Only called for candidates whose float32 maximum fell inside the tie band (rare).
-    """
-    for i in range(n):
-        s = fast_dot(rows[i], v)
-        if s >= tau - band:
-            e = exact_dot(rows[i], v)
-            if e >= tau:
-                return i, e
+
+@nb.njit(cache=True, nogil=True)
+def chunk_summary(
+    sims: np.ndarray, floor: float, window: float, near: np.ndarray
+) -> tuple[float, int, int]:
+    """One chunk of a B=1 scan in two passes: (its maximum, the first index whose score is
+    >= ``floor`` or -1, how many scores are within ``window`` of the maximum), the indices of
+    the latter in ``near`` (as many as fit; the count says whether all did)."""
+    top = -np.inf
+    first = -1
+    for i in range(sims.shape[0]):
+        v = sims[i]
+        if v > top:
+            top = v
+        if first < 0 and v >= floor:
+            first = i
+    count = 0
+    low = top - window
+    for i in range(sims.shape[0]):
+        if sims[i] >= low:
+            if count < near.shape[0]:
+                near[count] = i
+            count += 1
+    return top, first, count
+
+
+@nb.njit(cache=True, nogil=True)
+def first_at_least(rows: np.ndarray, v: np.ndarray, tau: float) -> tuple[int, float]:
+    """First of ``rows`` whose exact similarity to ``v`` is >= τ, as (index, sim); (-1, nan)."""
+    for i in range(rows.shape[0]):
+        e = exact_dot(rows[i], v)
+        if e >= tau:
+            return i, e
     return -1, np.nan
 
 

@@ -1,9 +1,11 @@
 """Exact incremental greedy deduplication of a batch against a bank.
 
-Phase 1 folds tiled BLAS GEMMs of the used bank rows against the batch into a running
-max/argmax, so no B×N matrix is ever materialised. Phase 2 takes the B×B Gram of the batch and
-walks candidates in order in Numba. B=1 takes chunked BLAS mat-vecs with early exit instead
-(faster than a Numba scan where it was measured: docs/decisions.md).
+Phase 1 folds tiled GEMMs of the bank's rows against the batch into each candidate's running
+maximum and the rows within twice the score error of it, so no B×N matrix is ever
+materialised; those few rows are re-scored exactly, which gives the exact maximum and its
+first row whatever the store (float32 or half) or the BLAS summation order. Phase 2 takes the
+B×B Gram of the batch and walks candidates in order in Numba. B=1 takes chunked scans with
+early exit instead (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -14,21 +16,25 @@ import numpy as np
 
 from . import tuning
 from ._jit import (
-    first_exact_hit,
+    chunk_summary,
+    first_at_least,
+    fold_near_cols,
+    fold_near_rows,
     greedy_walk,
-    is_hit,
-    update_running_max,
-    update_running_max_cols,
+    settle_pairs,
 )
+from .banks import BankRows, DeviceRows, as_bank, tie_band
 from .tuning import TilePlan
 
 #: The fewest rows per chunk of the B=1 scan.
 MIN_TILE_ROWS = 4096
-#: Bytes of bank rows per mat-vec of the B=1 scan: large enough that BLAS's thread wake-ups
-#: are paid rarely, small enough that an early exit saves most of a scan. The scan reads the
-#: bank once at the memory's bandwidth, as one whole mat-vec does (docs/decisions.md has the
-#: chunk sizes measured).
+#: Bytes of bank rows per chunk of the B=1 scan: large enough that BLAS's thread wake-ups
+#: are paid rarely, small enough that an early exit saves most of a scan.
 SCAN_BYTES = 1 << 26
+#: Rows kept per candidate within the window of its running maximum before it is re-scanned.
+NEAR_ROWS = 16
+#: Possible hits of the B=1 scan re-scored exactly per read of the exact rows.
+HIT_GROUP = 64
 
 
 class GreedyDecisions(NamedTuple):
@@ -43,70 +49,158 @@ class GreedyDecisions(NamedTuple):
     match: np.ndarray
 
 
-def tie_band(dim: int) -> float:
-    """Half-width around τ inside which float32 dot products are recomputed in float64.
-
-    Bounds the float32 rounding error of a d-term dot of unit vectors (≤ d·2⁻²⁴) with room.
-    """
-    return max(1e-4, 4.0 * dim * 2.0**-24)
-
-
-def bank_max_tiled(
-    rows: np.ndarray, n: int, batch: np.ndarray, plan: TilePlan | None = None
+def settle_rows(
+    bank: BankRows | DeviceRows, batch: np.ndarray, cands: np.ndarray, rows: np.ndarray, b: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Max similarity and its row for each candidate against ``rows[:n]``, tile by tile, in
-    the layout and tile height ``plan`` says (default: this CPU's, see ``tuning``)."""
-    b, d = batch.shape
-    best = np.full(b, -np.inf, np.float32)
+    """Exact maximum (float64) and its lowest row per candidate over the (cand, row) pairs."""
+    best = np.full(b, -np.inf)
     best_row = np.full(b, -1, np.int64)
-    if n == 0:
-        return best, best_row
-    if plan is None:
-        plan = tuning.plan_for(d, b, bank_max_tiled) if b > 1 else tuning.DEFAULT
-    tile = min(plan.tile_rows, n)
-    flat = np.empty(tile * b, np.float32)  # each tile's scores, contiguous
-    for start in range(0, n, tile):
-        stop = min(n, start + tile)
-        if plan.layout == "rows":
-            scores = flat[: (stop - start) * b].reshape(stop - start, b)
-            np.matmul(rows[start:stop], batch.T, out=scores)
-            update_running_max(scores, start, best, best_row)
-        else:
-            scores = flat[: (stop - start) * b].reshape(b, stop - start)
-            np.matmul(batch, rows[start:stop].T, out=scores)
-            update_running_max_cols(scores, start, best, best_row)
+    if rows.size:
+        settle_pairs(bank.exact_rows(rows), cands, rows, batch, best, best_row)
     return best, best_row
 
 
+def _near_of_scores(scores: np.ndarray, start: int, window: float) -> np.ndarray:
+    return start + np.flatnonzero(scores >= scores.max() - window)
+
+
+def _rescan_near(bank: BankRows, query_row: np.ndarray, window: float) -> np.ndarray:
+    """Every row within ``window`` of the maximum, from a whole scan (an overflowed candidate)."""
+    scores = np.empty(bank.n, np.float32)
+    bank.scan(0, bank.n, query_row, scores)
+    return _near_of_scores(scores, 0, window)
+
+
+def _settle_lists(
+    bank: BankRows | DeviceRows, batch: np.ndarray, near: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    cands = [np.full(ids.shape[0], j, np.int64) for j, ids in enumerate(near)]
+    return settle_rows(bank, batch, np.concatenate(cands), np.concatenate(near), len(near))
+
+
+def bank_max_exact(
+    rows: np.ndarray | BankRows | DeviceRows,
+    n: int,
+    batch: np.ndarray,
+    plan: TilePlan | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact maximum similarity (float64) and its first row for each candidate against the
+    bank's rows ``[0, n)``, tile by tile in the layout and height ``plan`` says (default: this
+    CPU's, see ``tuning``), or on the bank's device."""
+    bank = as_bank(rows, n)
+    b = batch.shape[0]
+    if n == 0 or b == 0:
+        return np.full(b, -np.inf), np.full(b, -1, np.int64)
+    if isinstance(bank, DeviceRows):
+        return _settle_lists(bank, batch, bank.candidates(batch, None))
+    if plan is None:
+        plan = tuning.plan_for(bank.dim, b, bank_max_tiled) if b > 1 else tuning.DEFAULT
+    window = 2.0 * bank.error
+    query = bank.query(batch)
+    best = np.full(b, -np.inf, np.float32)
+    near_row = np.empty((b, NEAR_ROWS), np.int64)
+    near_score = np.empty((b, NEAR_ROWS), np.float32)
+    near_n = np.zeros(b, np.int64)
+    tile = min(plan.tile_rows, n)
+    flat = np.empty(tile * b, np.float32)  # each tile's scores, contiguous
+    cols = plan.layout == "cols"
+    fold = fold_near_cols if cols else fold_near_rows
+    for start in range(0, n, tile):
+        stop = min(n, start + tile)
+        shape = (b, stop - start) if cols else (stop - start, b)
+        scores = flat[: (stop - start) * b].reshape(shape)
+        bank.tile(start, stop, query, scores, cols)
+        fold(scores, start, window, best, near_row, near_score, near_n)
+    near = [
+        near_row[j, : near_n[j]] if near_n[j] <= NEAR_ROWS else _rescan_near(bank, query[j], window)
+        for j in range(b)
+    ]
+    return _settle_lists(bank, batch, near)
+
+
+def bank_max_tiled(
+    rows: np.ndarray | BankRows | DeviceRows,
+    n: int,
+    batch: np.ndarray,
+    plan: TilePlan | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`bank_max_exact` with the maxima as float32 (how the index reports them)."""
+    best, best_row = bank_max_exact(rows, n, batch, plan)
+    return best.astype(np.float32), best_row
+
+
 def scan_one(
-    rows: np.ndarray, n: int, v: np.ndarray, tau: float, band: float
+    bank: BankRows | DeviceRows, v: np.ndarray, tau: float
 ) -> tuple[int, float, float, int]:
-    """B=1: (hit_row, hit_sim, max_sim, max_row) over ``rows[:n]``, chunk by chunk.
+    """B=1: (hit_row, hit_sim, max_sim, max_row) over the bank, chunk by chunk.
 
     The hit is the lowest row whose exact similarity is >= τ; the scan stops at the end of the
-    chunk that holds it. Without a hit, ``max_sim``/``max_row`` are the first maximum.
+    chunk that holds it. Without a hit, ``max_sim``/``max_row`` are the exact maximum and its
+    first row. Similarities are exact (float64).
     """
-    chunk = max(MIN_TILE_ROWS, SCAN_BYTES // (4 * v.shape[0]))
+    n, error = bank.n, bank.error
+    if isinstance(bank, DeviceRows):
+        return _device_scan_one(bank, v, tau)
+    window = 2.0 * error
+    query = bank.query(v[None, :])[0]
+    chunk = max(MIN_TILE_ROWS, SCAN_BYTES // bank.row_bytes)
     buf = np.empty(min(chunk, n), np.float32)
-    max_sim, max_row = -np.inf, -1
+    near_buf = np.empty(NEAR_ROWS, np.int64)
+    top = -np.inf
+    near_ids = np.empty(0, np.int64)
+    near_scores = np.empty(0, np.float32)
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
         sims = buf[: stop - start]
-        np.matmul(rows[start:stop], v, out=sims)
-        top_at = int(sims.argmax())
-        top = float(sims[top_at])
-        if top >= tau - band:
-            for k in np.flatnonzero(sims >= tau - band):
-                s = float(sims[k])
-                if is_hit(s, rows[start + k], v, tau, band):
-                    return start + int(k), s, max_sim, max_row
-        if top > max_sim:
-            max_sim, max_row = top, start + top_at
-    return -1, float("nan"), max_sim, max_row
+        bank.scan(start, stop, query, sims)
+        chunk_top, first, count = chunk_summary(sims, tau - error, window, near_buf)
+        if first >= 0:
+            maybe = start + first + np.flatnonzero(sims[first:] >= tau - error)
+            hit_row, hit_sim = _first_hit(bank, v, maybe, tau)
+            if hit_row >= 0:
+                return hit_row, hit_sim, np.nan, -1
+        if chunk_top >= top - window:
+            top = max(top, chunk_top)
+            if count <= near_buf.shape[0]:
+                ids = start + near_buf[:count]
+            else:
+                ids = _near_of_scores(sims, start, window)
+            near_ids = np.concatenate([near_ids, ids])
+            near_scores = np.concatenate([near_scores, sims[ids - start]])
+            keep = near_scores >= top - window
+            near_ids, near_scores = near_ids[keep], near_scores[keep]
+    if near_ids.size == 0:
+        return -1, float("nan"), -np.inf, -1
+    best, best_row = settle_rows(bank, v[None, :], np.zeros(near_ids.size, np.int64), near_ids, 1)
+    return -1, float("nan"), float(best[0]), int(best_row[0])
+
+
+def _device_scan_one(bank: DeviceRows, v: np.ndarray, tau: float) -> tuple[int, float, float, int]:
+    """:func:`scan_one` from the device's candidate rows: rows that may reach τ and the rows
+    near the maximum (none of which can reach τ unless it is also a possible hit)."""
+    ids = bank.candidates(v[None, :], np.array([tau - bank.error]))[0]
+    hit_row, hit_sim = _first_hit(bank, v, ids, tau)
+    if hit_row >= 0:
+        return hit_row, hit_sim, np.nan, -1
+    best, best_row = _settle_lists(bank, v[None, :], [ids])
+    return -1, float("nan"), float(best[0]), int(best_row[0])
+
+
+def _first_hit(
+    bank: BankRows | DeviceRows, v: np.ndarray, rows: np.ndarray, tau: float
+) -> tuple[int, float]:
+    """The first of ``rows`` (ascending) whose exact similarity is >= τ, read a group at a time
+    so a low τ (every row a maybe) stops at its first hit."""
+    for g in range(0, rows.size, HIT_GROUP):
+        group = rows[g : g + HIT_GROUP]
+        at, sim = first_at_least(bank.exact_rows(group), v, tau)
+        if at >= 0:
+            return int(group[at]), float(sim)
+    return -1, float("nan")
 
 
 def greedy_insert(
-    rows: np.ndarray,
+    rows: np.ndarray | BankRows | DeviceRows,
     n: int,
     batch: np.ndarray,
     tau: float,
@@ -114,13 +208,16 @@ def greedy_insert(
     dup_of: np.ndarray,
     plan: TilePlan | None = None,
 ) -> GreedyDecisions:
-    """Decide which rows of ``batch`` join the bank ``rows[:n]`` under the greedy rule.
+    """Decide which rows of ``batch`` join the bank's rows ``[0, n)`` under the greedy rule.
 
+    ``rows`` is a float32 matrix, a :class:`~kernels.banks.BankRows` (half-precision rows) or
+    a :class:`~kernels.banks.DeviceRows` (a GPU's mirror).
     ``batch`` must be L2-normalised float32 (validated by the caller). ``bank_dup_row[j]`` is the
     bank row that candidate j duplicates exactly (or -1); ``dup_of[j]`` the earlier candidate of
-    the batch it duplicates (or -1). Nothing is written to ``rows``: the caller appends.
+    the batch it duplicates (or -1). Nothing is written to the bank: the caller appends.
     ``plan``: how the bank GEMM is tiled (default: this CPU's measured plan).
     """
+    bank = as_bank(rows, n)
     b, dim = batch.shape
     band = tie_band(dim)
     accepted = np.zeros(b, np.bool_)
@@ -129,7 +226,7 @@ def greedy_insert(
     if b == 0:
         return GreedyDecisions(accepted, sim, match)
     if b == 1 and dup_of[0] < 0 and bank_dup_row[0] < 0:
-        hit_row, hit_sim, max_sim, max_row = scan_one(rows, n, batch[0], tau, band)
+        hit_row, hit_sim, max_sim, max_row = scan_one(bank, batch[0], tau)
         if hit_row >= 0:
             sim[0], match[0] = hit_sim, hit_row
         else:
@@ -137,20 +234,15 @@ def greedy_insert(
             sim[0], match[0] = max_sim, max_row
         return GreedyDecisions(accepted, sim, match)
 
-    bank_max, bank_max_row = bank_max_tiled(rows, n, batch, plan)
+    exact_max, bank_max_row = bank_max_exact(bank, n, batch, plan)
+    bank_max = exact_max.astype(np.float32)
     bank_hit_row = np.full(b, -1, np.int64)
     for j in range(b):
         if bank_dup_row[j] >= 0:
             bank_hit_row[j] = bank_dup_row[j]
             bank_max[j] = 1.0
-        elif bank_max[j] >= tau + band:
+        elif exact_max[j] >= tau:
             bank_hit_row[j] = bank_max_row[j]
-        elif bank_max[j] >= tau - band:  # inside the tie band: settle it exactly
-            row, exact = first_exact_hit(rows, n, batch[j], tau, band)
-            if row >= 0:
-                bank_hit_row[j] = row
-                bank_max[j] = exact
-                bank_max_row[j] = row
     gram = batch @ batch.T
     greedy_walk(
         batch,

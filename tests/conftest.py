@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import os
+
+# The GPU kernel's tests run in Numba's CUDA simulator on every machine (read when numba is
+# first imported, so before anything below imports it); NUMBA_ENABLE_CUDASIM=0 runs them on
+# a real GPU instead.
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
 import asyncio
 import contextlib
-import os
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any

@@ -1,4 +1,4 @@
-"""SimilarityIndex: a growable bank of L2-normalised float32 rows with exact greedy dedup.
+"""SimilarityIndex: a growable bank of L2-normalised rows with exact greedy dedup.
 
 The experience bank builds on it. Every public method validates its input completely before it
 touches state, so a failed call leaves the index exactly as it was.
@@ -8,8 +8,10 @@ its normalised vector) equals that of a row already in the index or of an earlie
 the batch, or when ``sim(j, e) >= tau`` for some row ``e`` in the index or an earlier *accepted*
 candidate; otherwise it is accepted and appended. ``sim`` is the float64 dot product, in index
 order, of the normalised float32 rows. Ties (``sim == tau``) reject. The kernel works in float32
-and recomputes in float64 only inside a band around τ wider than any float32 rounding error, so
-batch and one-at-a-time insertion make identical decisions.
+and recomputes in float64 only what its error bound cannot settle, so batch and one-at-a-time
+insertion make identical decisions, and so do the two precisions: ``precision="float16"``
+keeps the rows in half the memory (binary16, exact float32 copies in a file for the
+re-scoring; docs/dedup-at-scale.md) and reports the same decisions, rows and similarities.
 """
 
 from __future__ import annotations
@@ -21,12 +23,29 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rse_fast import kernels
+from rse_fast.rse.exact_rows import ExactRowFile
 
 _FORMAT = 1
+PRECISIONS = ("float32", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+#: ``device="auto"`` scores a bank on the GPU from this many rows (below it a launch costs
+#: more than the CPU's whole scan).
+GPU_MIN_ROWS = 65536
+
+
+def _gpu_present() -> bool:
+    if not os.path.exists("/dev/nvidiactl"):
+        return False
+    try:
+        from rse_fast.kernels import cuda
+    except ImportError:  # numba-cuda not installed
+        return False
+    return cuda.available()
 
 
 @dataclass(frozen=True)
@@ -105,15 +124,44 @@ def _digests(unit: np.ndarray, keys: Sequence[str | bytes] | None) -> np.ndarray
 
 
 class SimilarityIndex:
-    """Preallocated (capacity, dim) float32 matrix of unit rows, capacity doubling on demand."""
+    """Preallocated (capacity, dim) matrix of unit rows, capacity doubling on demand.
 
-    def __init__(self, dim: int, capacity: int = 1024) -> None:
+    ``precision="float16"`` stores the rows as binary16 (half the bytes) and their exact float32
+    copies in an anonymous file under ``spill_dir``. ``device="cuda"`` scores on a GPU (a
+    float32 mirror in its memory); ``"auto"`` does so when one is present and the bank holds
+    ``GPU_MIN_ROWS`` rows. Every choice makes the float32 CPU index's decisions.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        capacity: int = 1024,
+        precision: str = "float32",
+        spill_dir: str | os.PathLike[str] | None = None,
+        device: str = "auto",
+    ) -> None:
         if int(dim) != dim or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         if int(capacity) != capacity or capacity <= 0:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+        self._mirror: Any = None
+        if device == "cuda" or (device == "auto" and _gpu_present()):
+            from rse_fast.kernels import cuda
+
+            if not cuda.available():
+                raise ValueError("device='cuda' but no CUDA device is available")
+            self._mirror = cuda.CudaRows(int(dim), int(capacity))
+        self._gpu_from = 0 if device == "cuda" else GPU_MIN_ROWS
         self._dim = int(dim)
-        self._rows = np.zeros((int(capacity), self._dim), np.float32)
+        self._precision = precision
+        self._exact = ExactRowFile(self._dim, spill_dir) if precision == "float16" else None
+        dtype = np.uint16 if self._exact is not None else np.float32
+        self._rows = np.zeros((int(capacity), self._dim), dtype)
+        self._half_view: kernels.HalfRows | None = None
         self._n = 0
         self._row_of_digest: dict[int, int] = {}
         self._digests = np.zeros(int(capacity), np.uint64)
@@ -127,13 +175,40 @@ class SimilarityIndex:
     def capacity(self) -> int:
         return int(self._rows.shape[0])
 
+    @property
+    def precision(self) -> str:
+        return self._precision
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the index holds in memory (rows at capacity and their keys; the float16
+        index's exact copies are in a file)."""
+        return int(self._rows.nbytes + self._digests.nbytes)
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self._mirror is None else "cuda"
+
+    def _bank(self) -> np.ndarray | kernels.BankRows | kernels.DeviceRows:
+        exact = self._rows.__getitem__ if self._exact is None else self._exact.read
+        if self._mirror is not None and self._n >= self._gpu_from:
+            bound: kernels.DeviceRows = self._mirror.bind(self._n, exact)
+            return bound
+        if self._exact is None:
+            return self._rows
+        view = self._half_view
+        if view is None or view.words is not self._rows:  # kept: it holds the decode buffer
+            view = self._half_view = kernels.HalfRows(self._rows, self._n, exact)
+        view.n = self._n
+        return view
+
     def __len__(self) -> int:
         return self._n
 
     @property
     def vectors(self) -> np.ndarray:
-        """Read-only view of the used rows."""
-        view = self._rows[: self._n]
+        """Read-only float32 used rows (a view; for a float16 index, read from its file)."""
+        view = self._rows[: self._n] if self._exact is None else self._exact.read_first(self._n)
         view.flags.writeable = False
         return view
 
@@ -143,7 +218,7 @@ class SimilarityIndex:
         if np.asarray(vectors).size == 0:
             return np.empty(0, np.float32), np.empty(0, np.int64)
         unit = normalize_rows(vectors, self._dim)
-        return kernels.bank_max_tiled(self._rows, self._n, unit)
+        return kernels.bank_max_tiled(self._bank(), self._n, unit)
 
     def insert(
         self, vectors: object, tau: float, keys: Sequence[str | bytes] | None = None
@@ -191,7 +266,7 @@ class SimilarityIndex:
                     dup_of[j] = first_seen[dg]
                 else:
                     first_seen[dg] = j
-            dec = kernels.greedy_insert(self._rows, n0, unit, t, bank_dup, dup_of)
+            dec = kernels.greedy_insert(self._bank(), n0, unit, t, bank_dup, dup_of)
             rows = np.full(b, -1, np.int64)
             rows[dec.accepted] = n0 + np.arange(int(dec.accepted.sum()))
             self._append(unit[dec.accepted], digests[dec.accepted])
@@ -207,9 +282,12 @@ class SimilarityIndex:
             if not 0 <= row < self._n:
                 raise ValueError(f"row {row} is not a stored row (the index has {self._n})")
             old = int(self._digests[row])
+            if self._exact is not None:
+                self._exact.write(row, unit)
             if self._row_of_digest.get(old) == row:
                 del self._row_of_digest[old]
-            self._rows[row] = unit[0]
+            self._rows[row] = self._stored(unit)[0]
+            self._remirror()
             self._digests[row] = digest
             self._row_of_digest.setdefault(digest, row)
 
@@ -219,9 +297,12 @@ class SimilarityIndex:
         with self._lock:
             if not 0 <= row < self._n:
                 raise ValueError(f"row {row} is not a stored row (the index has {self._n})")
+            if self._exact is not None:
+                self._exact.drop(row, self._n)
             self._rows[row : self._n - 1] = self._rows[row + 1 : self._n]
             self._digests[row : self._n - 1] = self._digests[row + 1 : self._n]
             self._n -= 1
+            self._remirror()
             self._row_of_digest = {}
             for i, d in enumerate(self._digests[: self._n].tolist()):
                 self._row_of_digest.setdefault(d, i)
@@ -235,6 +316,13 @@ class SimilarityIndex:
             self._append(unit, digests)
         return np.arange(n0, n0 + unit.shape[0])
 
+    def _remirror(self) -> None:
+        if self._mirror is not None:
+            self._mirror.reset(self.vectors)
+
+    def _stored(self, unit: np.ndarray) -> np.ndarray:
+        return unit if self._exact is None else kernels.half.encode(unit)
+
     def _append(self, unit: np.ndarray, digests: np.ndarray) -> None:
         k = unit.shape[0]
         if k == 0:
@@ -245,11 +333,16 @@ class SimilarityIndex:
             cap = rows.shape[0]
             while cap < need:
                 cap *= 2
-            rows = np.zeros((cap, self._dim), np.float32)
+            rows = np.zeros((cap, self._dim), self._rows.dtype)
             rows[: self._n] = self._rows[: self._n]
             dg = np.zeros(cap, np.uint64)
             dg[: self._n] = self._digests[: self._n]
-        rows[self._n : need] = unit
+        stored = self._stored(unit)
+        if self._exact is not None:
+            self._exact.write(self._n, unit)  # lands first: a failed write counts nothing
+        rows[self._n : need] = stored
+        if self._mirror is not None:
+            self._mirror.append(unit)
         dg[self._n : need] = digests
         for i, d in enumerate(digests.tolist()):
             self._row_of_digest.setdefault(d, self._n + i)
@@ -263,14 +356,20 @@ class SimilarityIndex:
             np.savez(
                 fh,
                 format=np.int64(_FORMAT),
-                rows=self._rows[: self._n],
+                rows=self.vectors,
                 digests=self._digests[: self._n],
             )
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> SimilarityIndex:
-        """Read an index written by :meth:`save`, validating shapes, dtypes and values."""
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        precision: str = "float32",
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> SimilarityIndex:
+        """Read an index written by :meth:`save` (float32 rows, whatever the precision it was
+        kept in), validating shapes, dtypes and values."""
         try:
             with np.load(path, allow_pickle=False) as data:
                 fmt = int(data["format"])
@@ -282,7 +381,7 @@ class SimilarityIndex:
             raise ValueError(f"{path}: unsupported index format {fmt}")
         if rows.ndim != 2 or rows.dtype != np.float32 or digests.shape != rows.shape[:1]:
             raise ValueError(f"{path}: corrupt index (rows {rows.shape}, digests {digests.shape})")
-        index = cls(rows.shape[1], capacity=max(1, rows.shape[0]))
+        index = cls(rows.shape[1], max(1, rows.shape[0]), precision, spill_dir)
         if rows.shape[0]:
             index._append(normalize_rows(rows, rows.shape[1]), digests.astype(np.uint64))
         return index
