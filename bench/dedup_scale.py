@@ -11,22 +11,33 @@ NumPy baseline (one GEMM, column max, the batch's Gram, the greedy walk) and, wh
 in memory beside the rest, FAISS ``IndexFlatIP`` at its best setting. The float16 decisions,
 matched rows and similarities are compared with float32's, the accepted flags with NumPy's
 and FAISS's. Limits in the same run: the read bandwidth (B=1, counting the bytes the scan
-reads: two per component for float16) and the CPU's sgemm (B ≥ 64). Peak extra memory of one
-call of each path and each bank's bytes. The stream inserts batches one after another into
-growing ``SimilarityIndex`` banks of each precision (as RSE rounds do) and a NumPy baseline
-appending to a preallocated array.
+reads: two per component for float16) and the CPU's sgemm (B ≥ 64). Peak extra memory of
+one call of each path (in a child process, as ``bench.dedup`` measures it; FAISS's is in
+``dedup_quick.json``), the tile the float16 bank keeps decoded, and each bank's bytes. The
+stream inserts batches one after another into growing ``SimilarityIndex`` banks of each
+precision (as RSE rounds do) and a NumPy baseline appending to a preallocated array.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import tempfile
 import time
 from typing import Any
 
 import numpy as np
 
-from bench.common import best_time, write_result
+from bench.common import (
+    ROOT,
+    best_time,
+    module_command,
+    read_result,
+    replace_readme_block,
+    write_result,
+)
 from bench.dedup import TAU, _peak_of, make_bank, make_batch, make_faiss, numpy_insert
 from bench.limits import read_bandwidth_gbs, sgemm_gflops
 from rse_fast import kernels
@@ -127,8 +138,40 @@ def run_config(
         out["float32_fraction_of_bandwidth"] = out["float32_scan_gbs"] / bandwidth
     else:
         out["float16_fraction_of_sgemm"] = 2.0 * n * d * b / (ms["float16"] / 1e3) / 1e9 / sgemm
-    out["peak_extra_mb"] = {name: _peak_of(fn) for name, fn in paths.items()}
+    plan = kernels.tuning.plan_for(d, b, kernels.bank_max_tiled) if b > 1 else None
+    # the float16 bank keeps one decoded tile between calls: memory a peak would not show
+    out["float16_decode_buffer_mb"] = plan.tile_rows * d * 4 / 2**20 if plan else 0.0
     return out
+
+
+def measure_peaks(n: int, batches: tuple[int, ...]) -> dict[str, dict[int, float]]:
+    """In this (child) process: peak extra MiB of one call of each path at each batch size."""
+    kernels.set_threads()
+    bank = make_bank(n, D)
+    with tempfile.TemporaryDirectory(dir=".") as spill:
+        store = HalfStore(bank, spill)
+        out: dict[str, dict[int, float]] = {"float16": {}, "float32": {}, "numpy": {}}
+        for b in batches:
+            batch = make_batch(bank, b) if b > 1 else fresh_unit(D)
+            calls = {
+                "float16": lambda batch=batch: _decide(store.rows, n, batch),
+                "float32": lambda batch=batch: _decide(bank, n, batch),
+                "numpy": lambda batch=batch: numpy_insert(bank, batch, TAU),
+            }
+            for path, call in calls.items():
+                out[path][b] = _peak_of(call)
+    return out
+
+
+def peaks_in_child(n: int, batches: tuple[int, ...]) -> dict[str, dict[int, float]]:
+    """Peak extra MiB per path, measured in a fresh process whose allocator returns every
+    block of 16 KiB or more on free (as ``bench.dedup`` measures): reuse hides no peak, and
+    the timings, in this process, keep the allocator's defaults."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "16384", "MALLOC_TRIM_THRESHOLD_": "0"}
+    cmd = module_command("bench.dedup_scale", "--peak-memory", str(n), *map(str, batches))
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    return {path: {int(b): float(mb) for b, mb in v.items()} for path, v in row.items()}
 
 
 def scan_against_bandwidth(n: int, rounds: int = 4) -> dict[str, Any]:
@@ -213,12 +256,15 @@ def run(plan: dict[str, Any], repeat: int) -> dict[str, Any]:
     bandwidth = 0.0
     with tempfile.TemporaryDirectory(dir=".") as spill:
         for n in plan["sizes"]:
+            # first, while this process holds no bank: at N=5e6 both would not fit
+            peaks = peaks_in_child(n, plan["batches"])
             bank = make_bank(n, D)
             store = HalfStore(bank, spill)
             bandwidth = max(bandwidth, read_bandwidth_gbs(bank, repeat=3))
             faiss_index = make_faiss(bank) if n <= FAISS_MAX_N else None
             for b in plan["batches"]:
                 res = run_config(bank, store, b, faiss_index, sgemm, bandwidth, repeat)
+                res["peak_extra_mb"] = {path: peaks[path][b] for path in peaks}
                 res["bank_bytes"] = {"float16": store.words.nbytes, "float32": bank.nbytes}
                 if faiss_index is None:
                     res["faiss_omitted"] = (
@@ -277,13 +323,53 @@ def _row(c: dict[str, Any]) -> str:
     )
 
 
+def table(payload: dict[str, Any]) -> str:
+    """The full run as bench/README.md shows it, from dedup_scale.json alone."""
+    m, scan, flow = payload["machine"], payload["scan"], payload["stream"]
+    return "\n".join(
+        [
+            f"Dedup at scale (τ={payload['tau']}, d={payload['d']}), on {m['cpu']}, "
+            f"{m['cores']} cores, {m['memory_gib']} GiB (load {m['load_avg_1m']} at the start): "
+            f"sgemm {payload['sgemm_gflops']:.0f} GFLOP/s, read bandwidth "
+            f"{payload['read_bandwidth_gbs']:.1f} GB/s, in the same run. Milliseconds per "
+            "decision, best of the same repeats in turns; peak extra MiB of one call, in a "
+            "child process.",
+            "",
+            "| N | B | float16 ms | float32 ms | NumPy ms | FAISS best ms | float16 vs NumPy "
+            "| float16 vs float32 | peak MiB float16 / NumPy | same decisions |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *(_row(c) for c in payload["configs"]),
+            "",
+            f"The float16 scan at N={scan['N']:,} (a miss: the whole bank read, "
+            f"{scan['bytes_read'] / 1e9:.2f} GB) ran at {scan['float16_scan_gbs']:.1f} GB/s, "
+            f"{scan['fraction_of_bandwidth']:.2f} of the read bandwidth measured in turns with "
+            f"it ({scan['read_bandwidth_gbs']:.1f} GB/s). The stream: {flow['batches']} batches "
+            f"of {flow['B']} into banks growing from {flow['N_start']:,} to {flow['N_end']:,} "
+            f"rows took {flow['seconds']['float16']:.2f} s on the float16 index, "
+            f"{flow['seconds']['float32']:.2f} s on the float32 index and "
+            f"{flow['seconds']['numpy']:.2f} s with NumPy; the float16 index held "
+            f"{flow['bank_memory_ratio']:.2f} of the float32 index's bytes. FAISS is left out "
+            "where its copy of the bank does not fit beside the float32 bank, the float16 bank "
+            "and NumPy's N × B scores in this machine's memory.",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N=1e5 and a short stream, < 60 s")
+    parser.add_argument("--peak-memory", nargs="+", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peak_memory:  # the child process of peaks_in_child: N, then the batch sizes
+        n, *batches = args.peak_memory
+        print(json.dumps(measure_peaks(n, tuple(batches))))
+        return
     payload = run(QUICK if args.quick else FULL, repeat=2 if args.quick else 3)
     payload["mode"] = "quick" if args.quick else "full"
     path = write_result("dedup_scale_quick" if args.quick else "dedup_scale", payload)
+    if not args.quick:
+        replace_readme_block("dedup_scale", table(payload | read_result("dedup_scale")),
+                             "## Dedup at scale: a float16 bank (`dedup_scale.py`)")  # fmt: skip
     for key in ("decisions_identical", "float16_vs_numpy_by_b", "bank_memory_ratio", "wall_s"):
         print(f"{key}: {payload[key]}")
     print(f"scan: {payload['scan']['fraction_of_bandwidth']:.2f} of the read bandwidth")

@@ -29,7 +29,7 @@ ROOT = HERE.parent
 #: the user's pages whose numbers come from the JSON (docs/decisions.md is the maintainers'
 #: record of why, with the numbers of its day, and is not re-rendered)
 PAGES = ("methods", "rse", "cost-and-stopping", "service", "cli", "evaluation", "sandbox",
-         "local-models", "develop")  # fmt: skip
+         "local-models", "develop", "dedup-at-scale")  # fmt: skip
 DOCS = (ROOT / "README.md", HERE / "README.md", *(ROOT / "docs" / f"{p}.md" for p in PAGES))
 VALUE = re.compile(
     r"<!--v (?P<ref>[\w.\-+ :]+?)(?::(?P<spec>[^:>]*))?-->(?P<shown>.*?)<!--/v-->", re.S
@@ -88,6 +88,21 @@ ROWS: list[tuple[str, str, str, str]] = [
         "scan_fraction_of_bandwidth",
         "≥ 0.8",
         "float16 B=1 scan at N=1e6, its bytes read ÷ read bandwidth",
+    ),
+    (
+        "dedup_scale",
+        "decisions_identical",
+        "true",
+        "full run, N up to 5e6: float16 == float32 == NumPy (== FAISS to 1e6)",
+    ),
+    ("dedup_scale", "float16_vs_numpy_largest_n.1", "–", "B=1, N=5e6: float16 bank vs NumPy"),
+    ("dedup_scale", "float16_vs_numpy_largest_n.64", "≥ 1.0", "B=64, N=5e6"),
+    ("dedup_scale", "float16_vs_numpy_largest_n.256", "≥ 1.0", "B=256, N=5e6"),
+    (
+        "dedup_scale",
+        "scan_fraction_of_bandwidth",
+        "≥ 0.8",
+        "float16 B=1 scan at N=5e6, its bytes read ÷ read bandwidth",
     ),
     (
         "dedup_scale_quick",

@@ -144,21 +144,29 @@ def settle_pairs(
             best_row[j] = r
 
 
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _chunk_max(sims: np.ndarray) -> float:
+    top = np.float32(-np.inf)
+    for i in range(sims.shape[0]):
+        top = max(top, sims[i])
+    return float(top)
+
+
 @nb.njit(cache=True, nogil=True)
 def chunk_summary(
     sims: np.ndarray, floor: float, window: float, near: np.ndarray
 ) -> tuple[float, int, int]:
-    """One chunk of a B=1 scan in two passes: (its maximum, the first index whose score is
-    >= ``floor`` or -1, how many scores are within ``window`` of the maximum), the indices of
-    the latter in ``near`` (as many as fit; the count says whether all did)."""
-    top = -np.inf
+    """One chunk of a B=1 scan: (its maximum, the first index whose score is >= ``floor`` or
+    -1, how many scores are within ``window`` of the maximum), the indices of the latter in
+    ``near`` (as many as fit; the count says whether all did). The maximum is a vectorised
+    pass; the other two look only where the maximum says there is something to find."""
+    top = _chunk_max(sims)
     first = -1
-    for i in range(sims.shape[0]):
-        v = sims[i]
-        if v > top:
-            top = v
-        if first < 0 and v >= floor:
-            first = i
+    if top >= floor:
+        for i in range(sims.shape[0]):
+            if sims[i] >= floor:
+                first = i
+                break
     count = 0
     low = top - window
     for i in range(sims.shape[0]):
