@@ -170,17 +170,8 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     args.check = default_check(args.problem, args.check)
     if args.stop is not None and args.budget is None:
         parser.error("--stop needs --budget: a stop hands back what is left of a budget")
-    if args.budget is not None:
-        apart = [flag for flag, given in (
-            ("--bank-in", args.bank_in),
-            ("--bank-out", args.bank_out), ("--distill-final-round", args.distill_final_round),
-            ("--distill-base-url", args.distill_base_url),
-            ("--k with a list", args.k is not None and "," in str(args.k)),
-        ) if given]  # fmt: skip
-        if apart:
-            parser.error(f"--budget plans its own rounds; it does not take {', '.join(apart)}")
-        if args.budget[0] == "price" and args.price is None:
-            parser.error("a budget in $ needs --price input=…,cached=…,output=… to price calls")
+    if args.budget is not None and args.budget[0] == "price" and args.price is None:
+        parser.error("a budget in $ needs --price input=…,cached=…,output=… to price calls")
 
 
 def default_check(problem: str, asked: str | None) -> str | None:
@@ -369,38 +360,37 @@ async def solve(args: argparse.Namespace) -> tuple[RSEResult, Any]:
         progress = None if args.quiet else ProgressDisplay()
         if progress is not None:
             stack.callback(progress.close)
-        if args.budget is not None:
-            result = await solve_within(args, fields, client, Encoder(), progress)
-            if trace is not None:
-                from rse_fast.rse.run_page import RESULT_RECORD
-
-                trace({"kind": RESULT_RECORD, "result": result.to_dict()})
-            return result, None
-        rse = RSE(
-            client,
-            Encoder(),
-            cfg,
-            checkpoint_dir=args.checkpoint,
-            progress=progress,
-            distill_client=distill_client,
-            checker=NAMED_CHECKERS[args.check]() if args.check else None,
-        )
         bank = None
         if args.bank_in:
             from rse_fast.rse.bank import ExperienceBank
 
             bank = ExperienceBank.load(args.bank_in)
-        result = await rse.solve(
-            args.problem, gold=args.gold, resume=args.resume, bank=bank,
-            keep_bank=bool(args.bank_out) or args.distill_final_round,  # the CLI knows
-        )  # fmt: skip
-        if args.bank_out and rse.bank is not None:
-            rse.bank.save(args.bank_out)
+        keep_bank = bool(args.bank_out) or args.distill_final_round  # the CLI knows
+        if args.budget is not None:
+            result, kept = await solve_within(
+                args, fields, client, Encoder(), progress, bank, keep_bank, distill_client
+            )
+        else:
+            rse = RSE(
+                client,
+                Encoder(),
+                cfg,
+                checkpoint_dir=args.checkpoint,
+                progress=progress,
+                distill_client=distill_client,
+                checker=NAMED_CHECKERS[args.check]() if args.check else None,
+            )
+            result = await rse.solve(
+                args.problem, gold=args.gold, resume=args.resume, bank=bank, keep_bank=keep_bank
+            )
+            kept = rse.bank
+        if args.bank_out and kept is not None:
+            kept.save(args.bank_out)
         if trace is not None:
             from rse_fast.rse.run_page import RESULT_RECORD
 
             trace({"kind": RESULT_RECORD, "result": result.to_dict()})
-        return result, rse.bank
+        return result, kept
     raise AssertionError("unreachable")
 
 
@@ -412,12 +402,20 @@ def stop_epsilon(text: str) -> float | str:
 
 
 async def solve_within(
-    args: argparse.Namespace, fields: dict[str, Any], client: Any, encoder: Any, progress: Any
-) -> RSEResult:
-    """RSE under a cap (``--budget``): the library's budgeted RSE plans how many rollouts and
-    rounds fit, distils only where a guided round still fits after, and never spends past
-    the cap; with ``--stop`` it ends once the answers are settled. The result is the one
-    ``solve`` prints, its ledger saying what the budget was and what was left."""
+    args: argparse.Namespace,
+    fields: dict[str, Any],
+    client: Any,
+    encoder: Any,
+    progress: Any,
+    bank: Any = None,
+    keep_bank: bool | None = None,
+    distill_client: Any = None,
+) -> tuple[RSEResult, Any]:
+    """RSE under a cap (``--budget``): the same RSE loop as without one, planning how many
+    rollouts and rounds fit, distilling only where a guided round still fits after, and never
+    spending past the cap; with ``--stop`` it ends once the answers are settled. The result
+    is the one ``solve`` prints, its ledger saying what the budget was and what was left, and
+    the bank as the run left it."""
     import time
 
     from rse_fast.methods import Problem
@@ -427,14 +425,15 @@ async def solve_within(
 
     unit, amount = args.budget
     epsilon = STOP_EPSILON if args.stop == "default" else args.stop
+    ks = fields["k"] if isinstance(fields["k"], list) else [fields["k"]]
     method = RSEMethod(
         encoder=encoder,
-        k=fields["k"],  # one K (a list is refused with --budget)
+        k=fields["k"],  # a list: K per round, as without a budget
         max_rounds=fields["rounds"],
         config={k: v for k, v in fields.items() if k not in PLANNED},
         progress=progress,
         stop_epsilon=epsilon,
-        parallel=fields["k"],
+        parallel=max(ks),
         max_tokens=fields["max_tokens"],
         temperature=fields["temperature"],
         seed=fields["seed"],
@@ -443,12 +442,15 @@ async def solve_within(
         checkpoint_dir=args.checkpoint,
         resume=args.resume,
         checker=args.check,
+        bank=bank,
+        keep_bank=keep_bank,
+        distill_client=distill_client,
     )
     t0 = time.perf_counter()
     problem = Problem("solve", args.problem, args.gold)
     run = await method.run(problem, amount, client)
     answer = run.final.answer if run.final is not None else None
-    return RSEResult(
+    result = RSEResult(
         problem=args.problem,
         answer=answer,
         votes=int(run.meta.get("votes") or 0),
@@ -461,3 +463,4 @@ async def solve_within(
         distillation_unaffordable=run.meta.get("distillation_unaffordable"),
         checks=run.meta.get("checks", {}) if args.check else None,
     )
+    return result, run.bank

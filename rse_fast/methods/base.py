@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from rse_fast.errors import BudgetTooSmallError, BudgetUnitError
+from rse_fast.llm.budget import RunBudget, UnitBudget
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.cost import CostModel
 from rse_fast.llm.ledger import Ledger, count_prompt_tokens
@@ -20,7 +21,6 @@ from rse_fast.llm.meter import BudgetCap
 from rse_fast.llm.types import Message
 from rse_fast.methods.priors import PriorStore
 from rse_fast.methods.types import Candidate, MethodResult, Problem
-from rse_fast.methods.waves import RunBudget, UnitBudget
 from rse_fast.util.options import keyword_names, reject_unknown
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, majority_vote, off_loop
+from rse_fast.llm.budget import RunBudget, buys_part_unit
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Method, blend
@@ -21,7 +22,7 @@ from rse_fast.methods.voting import (
     passing_visible,
     valid_epsilon,
 )
-from rse_fast.methods.waves import EarlyStop, RunBudget, buys_part_unit, in_waves
+from rse_fast.methods.waves import EarlyStop, in_waves
 
 #: Judge prompt tokens beyond the problem and the response (template, instructions) and its
 #: reply: what a first wave of best-of-N assumes a judge call adds before one is measured.

@@ -7,9 +7,9 @@ import math
 import random
 from typing import Any
 
+from rse_fast.llm.budget import RunBudget
 from rse_fast.methods.stepwise import SearchPath, SearchRun, Stepwise
 from rse_fast.methods.types import MethodResult, Problem
-from rse_fast.methods.waves import RunBudget
 from rse_fast.util.tasks import gather_or_cancel
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from rse_fast.errors import BudgetExhaustedError
+from rse_fast.llm.budget import RunBudget
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Method
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.sampling import sample
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import best_index
-from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import critique_messages, revise_messages
 
 

@@ -10,12 +10,13 @@ from typing import Any
 
 from rse_fast.answers import off_loop
 from rse_fast.errors import BudgetExhaustedError
+from rse_fast.llm.budget import RunBudget
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Method
 from rse_fast.methods.sampling import sample, sample_cost
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import passing_visible, vote_final
-from rse_fast.methods.waves import RunBudget, in_waves
+from rse_fast.methods.waves import in_waves
 from rse_fast.prompts import revise_messages
 
 

@@ -7,16 +7,16 @@ Variants for ablations are named ``rse:<variant>`` (see :data:`VARIANTS`): each 
 from __future__ import annotations
 
 import asyncio
-import copy
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Literal
 
 from rse_fast.answers import off_loop
 from rse_fast.encoder import Encoder
-from rse_fast.errors import BudgetExhaustedError
-from rse_fast.methods.base import Method, blend, prompt_cost
+from rse_fast.llm.budget import RunBudget
+from rse_fast.llm.client import LLMClient
+from rse_fast.methods.base import Method, blend
 from rse_fast.methods.types import Candidate, MethodResult, Problem, no_answer
 from rse_fast.methods.voting import (
     ConfidenceRule,
@@ -29,12 +29,11 @@ from rse_fast.methods.voting import (
     valid_epsilon,
     vote_final,
 )
-from rse_fast.methods.waves import RunBudget
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.checking import NAMED_CHECKERS, CodeExamplesChecker, ExperienceChecker
-from rse_fast.rse.checkpoint import Checkpoint
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
+from rse_fast.rse.loop import Solve
 from rse_fast.rse.results import Progress
 
 #: the checkers named by a string: code run on the stated examples, equations re-computed
@@ -77,44 +76,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-#: Chat template and system turn around the problem, in tokens (a first estimate).
-PROMPT_OVERHEAD_TOKENS = 40
-#: The distillation prompt's own instructions, in tokens (a first estimate).
-DISTILL_PROMPT_TOKENS = 160
-
-
-@dataclass
-class LoopState:
-    """What the budgeted loop carries from round to round; a checkpoint saves it with the
-    rounds, so a resumed run plans its next round as the interrupted one would have."""
-
-    roll: float  # tokens a rollout costs, as measured so far (the prior before any)
-    dist: float  # tokens a distillation costs, as measured so far
-    budget: list[Any]  # [unit, amount]: a resume under another budget is refused
-    cost_model: str | None = None  # CostModel.spec: a $ budget resumed at other prices is too
-    block: str = ""  # the bank as the next round's prompts show it
-    settled: bool = False
-    bank_prompt_tokens: int = 0  # the bank block inside guided prompts (estimated)
-    guided_rounds: list[int] = field(default_factory=list)  # rounds shown a non-empty bank
-    sampled: int = 0  # rollouts so far: sample j is seeded as self-consistency's sample j
-    stopped: bool = False  # by stop_epsilon
-    finished: bool = False  # the loop ended: a resume only votes
-    passed: dict[str, bool] = field(default_factory=dict)  # rollout text → passed examples
-    checks: dict[str, int] = field(default_factory=dict)  # the checker's verdicts so far
-    checks_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)  # and by kind
-    # the first round whose distillation the budget could not buy: {round, needed, left}
-    unaffordable: dict[str, float] | None = None
-
-
-def distill_guess(cfg: RSEConfig, prompt: float, completion: float, k: int) -> float:
-    """One distillation call before any is measured: the problem, the rollout(s) and the
-    instructions read, and the completion cap that follows the rollout's length."""
-    read = completion
-    if cfg.distill_mode == "batch":
-        read = min(cfg.distill_batch, k) * min(completion, cfg.attempt_batch_tokens)
-    return prompt + read + DISTILL_PROMPT_TOKENS + cfg.distill_tokens(int(completion))
-
-
 class RSEMethod(Method):
     """RSE at a token budget.
 
@@ -139,6 +100,14 @@ class RSEMethod(Method):
             round's more confident half).
         behaviour_vote: on code, the final pick is by behaviour on probe inputs, as ``sc``'s
             (see :class:`~rse_fast.methods.sc.SelfConsistency`); not with ``stop_epsilon``.
+        checkpoint_dir, resume: checkpoint every round there; continue from it.
+        bank: start from (and grow) this experience bank; the result's ``bank`` is the bank
+            at the end either way.
+        keep_bank: the bank is wanted after the run, so its last round is distilled too when
+            the budget buys it (default: when ``bank`` is given, else the config's
+            ``distill_final_round``).
+        distill_client: another endpoint (or model) for distillation, booked in the run's
+            ledger under the ``distill`` role.
     """
 
     name = "rse"
@@ -159,9 +128,13 @@ class RSEMethod(Method):
         behaviour_vote: bool = False,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume: bool = False,
+        bank: ExperienceBank | None = None,
+        keep_bank: bool | None = None,
+        distill_client: LLMClient | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        self.bank, self.keep_bank, self.distill_client = bank, keep_bank, distill_client
         if resume and checkpoint_dir is None:
             raise ValueError("resume=True needs checkpoint_dir: the rounds to resume are there")
         self.checkpoint_dir, self.resume = checkpoint_dir, resume
@@ -244,15 +217,8 @@ class RSEMethod(Method):
         if problem.open_ended:
             raise ValueError("RSE answers by a vote over final answers: use it on verifiable tasks")
 
-    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
-        """Rounds of at most ``k`` rollouts until the budget (or ``max_rounds``) is spent. A
-        round is distilled only when a full guided round still fits after it: the last round
-        is never distilled (nothing would read its bank), and the budget that saves buys
-        rollouts. Once round 1's vote is settled (``settle_margin``), the rest is plain
-        sampling or a stop (``settle_spend``)."""
-        c, budget = run_budget.client, run_budget.budget
-        spend = run_budget
-        cfg = RSEConfig(
+    def _config(self) -> RSEConfig:
+        return RSEConfig(
             **{
                 "rounds": self.max_rounds,
                 "k": self.k,
@@ -265,7 +231,10 @@ class RSEMethod(Method):
                 **self.overrides,
             }
         )
-        self.encoder = self.encoder or Encoder()
+
+    def _engine(self, problem: Problem, client: Any, cfg: RSEConfig) -> RSE:
+        """The engine of one problem: its checker (the problem's stated examples for
+        ``"visible"``), its answer reader, and the stop rule a round waits on."""
         checker = self.checker
         if checker == "visible":
             found = problem.visible_check
@@ -274,96 +243,56 @@ class RSEMethod(Method):
                 if found is not None
                 else None
             )
-        engine = RSE(c, self.encoder, cfg, progress=self.progress, checker=checker,
-                     answer_of=problem.answer)  # fmt: skip
+        stop_rule = None
         if self.stop_epsilon is not None:
             epsilon, weighted = self.stop_epsilon, self.weighs_by_confidence
-            engine.settling.stop_rule = lambda answers, confidences: answers_settled(
-                answers, epsilon, weights=confidence_weights(confidences) if weighted else None
-            )
-        bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
-        preamble = engine.distiller.rollout_preamble()  # primed: every rollout reads it
-        prompt = c.count_tokens(problem.prompt) + PROMPT_OVERHEAD_TOKENS
-        prompt += c.count_tokens(preamble) if preamble else 0
-        roll = prompt + (self.rollout_prior or self.max_tokens / 2)
-        dist = self.distill_prior or distill_guess(cfg, prompt, roll - prompt, self.k)
+
+            def stop_rule(answers: list[str | None], confidences: list[float | None]) -> bool:
+                weights = confidence_weights(confidences) if weighted else None
+                return answers_settled(answers, epsilon, weights=weights)
+
+        self.encoder = self.encoder or Encoder()
+        engine = RSE(client, self.encoder, cfg, progress=self.progress, checker=checker,
+                     answer_of=problem.answer, checkpoint_dir=self.checkpoint_dir,
+                     distill_client=self.distill_client, stop_rule=stop_rule)  # fmt: skip
+        engine.keep_bank = self.keep_bank
+        return engine
+
+    async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
+        """The RSE loop (``rse.loop``) under this run's budget: rounds of at most ``k``
+        rollouts until the budget (or ``max_rounds``) is spent, a round distilled only when a
+        full guided round still fits after it; then the final vote."""
+        cfg = self._config()
+        engine = self._engine(problem, run_budget.client, cfg)
+        bank = self.bank or ExperienceBank(engine.encoder.dim, policy=cfg.dedup_policy)
         asked_for = run_budget.in_unit.amount if run_budget.in_unit else run_budget.tokens
-        st = LoopState(
-            roll=roll,
-            dist=dist,
-            budget=[self.budget_unit.label, float(asked_for)],
-            cost_model=self.budget_unit.spec,
-        )
-        rounds: list[Any] = []
-        checkpoint = Checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
-        if checkpoint is not None and self.resume:
-            rounds, bank, st = await self._resumed(checkpoint, problem, c, engine, st, bank)
 
-        def save() -> None:
-            if checkpoint is not None and rounds:
-                st.checks = dict(engine.distiller.check_counts)
-                st.checks_by_kind = copy.deepcopy(engine.distiller.check_counts_by_kind)
-                checkpoint.save(problem.prompt, cfg.to_dict(), rounds, bank, c.ledger, asdict(st))
+        async def stops(rounds: list[Any], still_possible: float, passed: dict[str, bool]) -> bool:
+            return await self._stops(problem, rounds, still_possible, passed)
 
-        for r in range(len(rounds) + 1, 0 if st.finished else self.max_rounds + 1):
-            shown = 0 if st.settled else c.count_tokens(st.block)
-            unit = st.roll + shown
-            # later rounds buy whole rollouts as sc's later waves do, and under a cap only
-            # as many as it lets run to a typical length: one cut short is a truncated sample
-            k_r = min(self.k, spend.units_left(unit, tail=r > 1))
-            asked = prompt_cost(
-                c, engine.rollout_messages(problem.prompt, "" if st.settled else st.block)
-            )
-            if r > 1:
-                k_r = spend.calls_that_fit(k_r, asked, self.max_tokens, unit)
-            if k_r == 0:
-                if r > 1:
-                    break
-                k_r = 1
-            guided = c.count_tokens(st.block)
-            guided_asks = prompt_cost(c, engine.rollout_messages(problem.prompt, st.block)) + 60
-            guided_after = spend.room_for(
-                self.k, guided_asks, self.max_tokens, st.roll + guided + 60
-            )
-            experience = st.dist * (k_r if cfg.distill_mode == "each" else 1)
-            wanted = cfg.distill_with_model and not st.settled and r < self.max_rounds
-            needed = k_r * unit + experience + guided_after
-            distill = wanted and spend.left >= needed
-            if wanted and not distill and st.unaffordable is None:
-                st.unaffordable = {"round": r, "needed": needed, "left": spend.left}
-            # running the code costs no tokens: a checker that runs rollouts files what it
-            # saw whenever a later round may read it, bought distillation or not
-            observe = engine.distiller.observes and not st.settled and r < self.max_rounds
-            before = len(c.ledger.records)
-            try:
-                result, next_block = await engine.run_round(
-                    problem.prompt, r, bank, problem.gold, "" if st.settled else st.block,
-                    distill=distill, first_index=st.sampled, observe=observe, k=k_r,
-                )  # fmt: skip
-            except BudgetExhaustedError:
-                if rounds:
-                    break  # a cap-mode budget is spent: answer from the rounds that ran
-                raise
-            st.bank_prompt_tokens += k_r * shown
-            if shown:
-                st.guided_rounds.append(r)
-            st.sampled += k_r
-            rounds.append(result)
-            st.roll, st.dist = self._measure(c.ledger.records[before:], shown, st.roll, st.dist)
-            if distill or observe:
-                st.block = next_block
-            if r == 1 and engine.settling.is_settled(result):
-                st.settled = True
-                if cfg.settle_spend == "stop":
-                    break
-            if await self._stops(problem, rounds, spend.left / max(1.0, st.roll), st.passed):
-                st.stopped = True
-                break
-            save()
-        st.finished = True
-        save()
+        solve = await engine.run_loop(
+            problem.prompt, run_budget, bank, gold=problem.gold, resume=self.resume,
+            budget=[self.budget_unit.label, float(asked_for)], cost_model=self.budget_unit.spec,
+            stops=stops, measured=self._measured, priors=(self.rollout_prior, self.distill_prior),
+        )  # fmt: skip
+        final, pool, meta = await self._final(problem, solve, cfg)
+        if self.checker is not None:
+            meta["checks"] = engine.check_counts
+            meta["checks_by_kind"] = engine.check_counts_by_kind
+        return MethodResult(
+            self.name, run_budget.budget, final, pool, run_budget.client.ledger, meta,
+            rounds=solve.rounds, bank=solve.bank,
+        )  # fmt: skip
+
+    async def _final(
+        self, problem: Problem, solve: Solve, cfg: RSEConfig
+    ) -> tuple[Candidate | None, list[Candidate], dict[str, Any]]:
+        """The pool of the rounds the vote counts, the final pick by this run's rule, and
+        what the result reports of the loop."""
+        rounds, st = solve.rounds, solve.loop
+        chosen = select_rounds(rounds, cfg.select_from)
         pool: list[Candidate] = []
-        for rr in select_rounds(rounds, cfg.select_from):
+        for rr in chosen:
             for x in rr.rollouts:
                 if x.error is None:
                     origin = f"rse-round-{rr.round}"
@@ -389,43 +318,25 @@ class RSEMethod(Method):
             "rounds": len(rounds),
             "accuracy_per_round": [x.accuracy for x in rounds],
             "answer_per_round": [x.answer for x in rounds],
-            "bank_sizes": bank.sizes(),
-            "rounds_detail": [
-                {
-                    "round": x.round,
-                    "k": x.k,
-                    "answer": x.answer,
-                    "answers": x.answers,
-                    "bank_sizes": x.bank_sizes,
-                    "accepted": [d.text for d in x.decisions if d.accepted],
-                }
-                for x in rounds
-            ],
+            "bank_sizes": solve.bank.sizes(),
+            "rounds_detail": [round_detail(x) for x in rounds],
+            "settled": st.settled,
         }
-        meta["settled"] = st.settled
         if self.stop_epsilon is not None:
             meta["early_stop"] = {
                 "stopped": st.stopped,
                 "rule": f"beta, epsilon {self.stop_epsilon}",
             }
-        if self.checker is not None:
-            meta["checks"] = dict(engine.distiller.check_counts)
-            meta["checks_by_kind"] = copy.deepcopy(engine.distiller.check_counts_by_kind)
         meta["bank_prompt_tokens"] = st.bank_prompt_tokens
         meta["guided_rounds"] = st.guided_rounds
-        meta["pool_rounds"] = [
-            rr.round
-            for rr in select_rounds(rounds, cfg.select_from)
-            for x in rr.rollouts
-            if x.error is None
-        ]
+        meta["pool_rounds"] = [rr.round for rr in chosen for x in rr.rollouts if x.error is None]
         meta["distilled_rounds"] = sum(
             any(x.distill != "skipped" for x in rr.rollouts) for rr in rounds
         )
         if meta["distilled_rounds"] == 0 and st.unaffordable is not None:
             # RSE that bought no distillation is sc in rounds: say so, and what it lacked
             meta["distillation_unaffordable"] = st.unaffordable
-        return MethodResult(self.name, budget, final, pool, c.ledger, meta, rounds=rounds)
+        return final, pool, meta
 
     async def _stops(
         self, problem: Problem, rounds: list[Any], still_possible: float, passed: dict[str, bool]
@@ -455,67 +366,24 @@ class RSEMethod(Method):
         """Whether the final vote, and so the stop, weighs rollouts by their confidence."""
         return self.confidence is not None and self.confidence.weighted
 
-    async def _resumed(
-        self,
-        checkpoint: Checkpoint,
-        problem: Problem,
-        client: Any,
-        engine: RSE,
-        fresh: LoopState,
-        bank: ExperienceBank,
-    ) -> tuple[list[Any], ExperienceBank, LoopState]:
-        """The rounds, bank and loop state of the checkpoint's last complete round, its
-        calls booked in this run's ledger (and cap); ``fresh`` and ``bank`` when there is
-        none yet. A checkpoint made under another budget is refused."""
-        saved = checkpoint.load(problem.prompt)
-        if saved is None:
-            return [], bank, fresh
-        if saved.state is None:
-            raise ValueError(
-                f"the checkpoint in {checkpoint.dir} was written by a run without a budget; "
-                "resume it without one, or use another directory"
-            )
-        try:
-            state = LoopState(**saved.state)
-        except TypeError as exc:
-            raise ValueError(
-                f"the checkpoint in {checkpoint.dir} holds a loop state this version cannot "
-                f"read ({exc}); delete it (or use another directory) to start over"
-            ) from None
-        if state.budget != fresh.budget:
-            raise ValueError(
-                f"the checkpoint in {checkpoint.dir} was made under a budget of "
-                f"{state.budget[1]:g} {state.budget[0]}, not {fresh.budget[1]:g} "
-                f"{fresh.budget[0]}: resume with the same budget, or use another directory"
-            )
-        if state.cost_model is not None and state.cost_model != fresh.cost_model:
-            raise ValueError(
-                f"the checkpoint in {checkpoint.dir} was made at {state.cost_model}, not "
-                f"{fresh.cost_model}: its spend reads differently at other prices; resume "
-                "with the same prices, or use another directory"
-            )
-        client.ledger.restore(saved.records)
-        if client.cap is not None:
-            client.cap.book_earlier(saved.records)
-        await engine.recall(saved.rounds)
-        engine.distiller.check_counts.update(state.checks)
-        engine.distiller.check_counts_by_kind.update(copy.deepcopy(state.checks_by_kind))
-        return saved.rounds, saved.bank, state
-
-    def _measure(
-        self, records: list[Any], shown: int, roll: float, dist: float
-    ) -> tuple[float, float]:
-        """A rollout's cost (its bank block taken out) and a distillation's, measured in the
-        round just run; kept as priors for the next problem (a cold start plans well)."""
-        explore = [x.total_tokens - shown for x in records if x.role == "explore"]
-        distills = [x.total_tokens for x in records if x.role == "distill"]
+    def _measured(self, explore: list[Any], distills: list[Any]) -> None:
+        """A round's calls, kept as priors for the next problem (a cold start plans well)."""
         if explore:
-            roll = sum(explore) / len(explore)
-            completions = [x.completion_tokens for x in records if x.role == "explore"]
-            self.rollout_prior = blend(self.rollout_prior, sum(completions) / len(completions))
+            completions = sum(x.completion_tokens for x in explore) / len(explore)
+            self.rollout_prior = blend(self.rollout_prior, completions)
         if distills:
-            dist = sum(distills) / len(distills)
+            dist = sum(x.total_tokens for x in distills) / len(distills)
             self.distill_prior = blend(self.distill_prior, dist)
-        if explore or distills:
-            self.persist_priors()
-        return roll, dist
+        self.persist_priors()
+
+
+def round_detail(x: Any) -> dict[str, Any]:
+    """What a reply reports of one round."""
+    return {
+        "round": x.round,
+        "k": x.k,
+        "answer": x.answer,
+        "answers": x.answers,
+        "bank_sizes": x.bank_sizes,
+        "accepted": [d.text for d in x.decisions if d.accepted],
+    }

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rse_fast.answers import off_loop
+from rse_fast.llm.budget import RunBudget
 from rse_fast.methods.base import Method
 from rse_fast.methods.defaults import STOP_EPSILON
 from rse_fast.methods.sampling import (
@@ -38,7 +39,7 @@ from rse_fast.methods.voting import (
     vote_tools,
     voted_behaviour,
 )
-from rse_fast.methods.waves import EarlyStop, RunBudget, in_waves
+from rse_fast.methods.waves import EarlyStop, in_waves
 
 
 class SelfConsistency(Method):

@@ -16,13 +16,13 @@ from typing import Any
 
 from rse_fast.answers import extract_boxed
 from rse_fast.errors import BudgetExhaustedError
+from rse_fast.llm.budget import RunBudget
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Method, prompt_cost
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import best_index
-from rse_fast.methods.waves import RunBudget
 from rse_fast.prompts import END_MARK, finish_messages, next_step_messages
 from rse_fast.util.tasks import gather_or_cancel
 

@@ -45,6 +45,8 @@ class MethodResult:
     #: an RSE run's rounds as its engine recorded them (``RoundResult``: prompts, rollouts,
     #: what each distillation kept), for a report page; not part of ``to_dict``
     rounds: list[Any] = field(default_factory=list, repr=False)
+    #: an RSE run's experience bank as it ended (``ExperienceBank``); not part of ``to_dict``
+    bank: Any = field(default=None, repr=False)
 
     @property
     def tokens(self) -> int:

@@ -208,7 +208,7 @@ async def test_every_family_runs_through_one_metered_budget_and_refuses_before_s
     cannot answer it), then one ``RunBudget`` (a fresh ledger; in cap mode the cap on the
     same view) is handed to the family's ``_run``."""
     from rse_fast.methods.base import Method
-    from rse_fast.methods.waves import RunBudget
+    from rse_fast.llm.budget import RunBudget
 
     seen: list[RunBudget] = []
 

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from rse_fast.llm.budget import buys_part_unit
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods import Problem, make_method
 from rse_fast.methods.particle import effective_sample_size, systematic_resample
-from rse_fast.methods.waves import buys_part_unit
 from rse_fast.prompts import END_MARK, JUDGE_SYSTEM, RESPOND_SYSTEM
 from rse_fast.testing import ScriptedServer
 
