@@ -75,6 +75,14 @@ class RunBudget:
             return float(self.spent)
         return self.in_unit.cost.of_ledger(self.ledger)
 
+    def mark(self) -> int:
+        """Where the run's calls stand now (for :meth:`calls_since`)."""
+        return len(self.ledger.records)
+
+    def calls_since(self, mark: int) -> list[CallRecord]:
+        """The calls booked since ``mark``."""
+        return self.ledger.records[mark:]
+
     def restore(self, records: list[CallRecord]) -> None:
         """Book an interrupted run's calls again: in the ledger, and in the cap if there is
         one (a resumed run spends only what its first part left)."""

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import aiohttp
@@ -24,15 +23,15 @@ from rse_fast.llm.booking import CallBooking, Reservation
 from rse_fast.llm.cost import CostModel, ServerSpeed
 from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
 from rse_fast.llm.meter import BudgetCap, PromptMargin
-from rse_fast.llm.parse import completion_events, parse_choices, parse_chunk, parse_usage
+from rse_fast.llm.parse import parse_choices
 from rse_fast.llm.prompt_count import PromptCounter
+from rse_fast.llm.replies import merge_results, reply_events, usage_of
 from rse_fast.llm.retry import RetryPolicy
 from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
 from rse_fast.llm.sample_pool import PooledReply, SamplePool
-from rse_fast.llm.sse import sse_payloads
-from rse_fast.llm.trace import TraceHook
-from rse_fast.llm.transport import Timeouts, Transport, open_response, read_json, stream_lines
-from rse_fast.llm.types import ChatResult, Choice, Message, ServerTimings, StreamEvent, Usage
+from rse_fast.llm.trace import TraceHook, failure_record, reply_record
+from rse_fast.llm.transport import Timeouts, Transport, open_response, read_json
+from rse_fast.llm.types import ChatResult, Message, StreamEvent, Usage
 from rse_fast.util.tasks import gather_or_cancel
 
 log = logging.getLogger(__name__)
@@ -51,17 +50,6 @@ def asks_logprobs(fields: dict[str, Any]) -> bool:
 
 def without_logprobs(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k not in LOGPROB_FIELDS}
-
-
-def sum_timings(parts: Sequence[ServerTimings | None]) -> ServerTimings:
-    """The server time of requests that made one call (a fan-out): their milliseconds added."""
-    known = [t for t in parts if t is not None]
-    return ServerTimings(
-        sum(t.prompt_ms for t in known),
-        sum(t.predicted_ms for t in known),
-        None if any(t.cache_n is None for t in known) else sum(t.cache_n or 0 for t in known),
-        None if any(t.prompt_n is None for t in known) else sum(t.prompt_n or 0 for t in known),
-    )
 
 
 class _Keep:
@@ -455,7 +443,7 @@ class LLMClient:
                     "/chat/completions", body, open_response, keep=keep
                 )
                 endpoint = state.url
-                async for event in _events(state, resp):
+                async for event in reply_events(state, resp):
                     if event.usage is not None:
                         usage = event.usage
                     content.append(event.delta)
@@ -512,7 +500,7 @@ class LLMClient:
             return first
         state.supports_n = False  # ignored n: fetch the missing choices one by one
         rest = await self._fan_out(body, n - len(first.choices), len(first.choices), held)
-        return self._merge([first, rest]) if rest.choices else first
+        return merge_results([first, rest]) if rest.choices else first
 
     async def _fan_out(
         self,
@@ -538,51 +526,7 @@ class LLMClient:
                 requests=0,
             )  # fmt: skip
         parts = await gather_or_cancel([self._request({**body, "seed": s}) for s in seeds])
-        return self._merge(parts)
-
-    @staticmethod
-    def _merge(parts: Sequence[ChatResult]) -> ChatResult:
-        choices = [c for p in parts for c in p.choices]
-        source = max((p.usage.source for p in parts), key=_SOURCE_RANK.__getitem__)
-        reasoning = [p.usage.reasoning_tokens for p in parts]
-        cached = [p.usage.cached_tokens for p in parts]
-        timed = [p.usage.timings for p in parts]
-        usage = Usage(
-            sum(p.usage.prompt_tokens for p in parts),
-            sum(p.usage.completion_tokens for p in parts),
-            source,
-            reasoning_tokens=None if None in reasoning else sum(r or 0 for r in reasoning),
-            cached_tokens=None if None in cached else sum(c or 0 for c in cached),
-            timings=None if any(t is None for t in timed) else sum_timings(timed),
-        )
-        return ChatResult(
-            choices=tuple(dataclasses.replace(c, index=i) for i, c in enumerate(choices)),
-            usage=usage,
-            latency_s=max(p.latency_s for p in parts),
-            endpoint=parts[0].endpoint,
-            model=parts[0].model,
-            requests=sum(p.requests for p in parts),
-            raw=parts[0].raw,
-        )
-
-    def _usage(
-        self, data: dict[str, Any], body: dict[str, Any], choices: Sequence[Choice]
-    ) -> Usage:
-        reported = parse_usage(data.get("usage"), data.get("timings"))
-        counted = [self.count_tokens(c.text + (c.reasoning or "")) for c in choices]
-        if reported is None:
-            prompt = count_prompt_tokens(body["messages"], self.count_tokens)
-            return Usage(prompt, sum(counted), "estimated")
-        completion = reported.completion_tokens
-        if len(choices) > 1 and completion < 0.75 * sum(counted):
-            # The server counted one choice only (llama.cpp with n > 1): add the others.
-            k = min(range(len(counted)), key=lambda i: abs(counted[i] - completion))
-            return dataclasses.replace(
-                reported,
-                completion_tokens=completion + sum(counted) - counted[k],
-                source="corrected",
-            )
-        return reported
+        return merge_results(parts)
 
     # -- one request -----------------------------------------------------------------------
     async def _request(
@@ -593,7 +537,7 @@ class LLMClient:
             choices = parse_choices(pooled.raw, pooled.endpoint)
             return ChatResult(
                 choices=choices,
-                usage=self._usage(pooled.raw, body, choices),
+                usage=usage_of(pooled.raw, body, choices, self.count_tokens),
                 latency_s=pooled.latency_s,
                 endpoint=pooled.endpoint,
                 model=str(pooled.raw.get("model") or body["model"]),
@@ -614,7 +558,7 @@ class LLMClient:
             choices = parse_choices(data, state.url)
             return ChatResult(
                 choices=choices,
-                usage=self._usage(data, body, choices),
+                usage=usage_of(data, body, choices, self.count_tokens),
                 latency_s=time.perf_counter() - t0,
                 endpoint=state.url,
                 model=str(data.get("model") or body["model"]),
@@ -641,39 +585,9 @@ class LLMClient:
         reasoning: list[str | None],
         usage: Usage,
     ) -> None:
-        """One trace record for a call that returned (streamed or not)."""
         if self.trace is not None:
-            self.trace(
-                {
-                    "time": time.time(),
-                    "request": body,
-                    "endpoint": endpoint,
-                    "latency_s": latency_s,
-                    "texts": texts,
-                    "reasoning": reasoning,
-                    "usage": dataclasses.asdict(usage),
-                }
-            )
+            self.trace(reply_record(body, endpoint, latency_s, texts, reasoning, usage))
 
     def _trace_failure(self, body: dict[str, Any], error: LLMError) -> None:
         if self.trace is not None:
-            self.trace(
-                {
-                    "time": time.time(),
-                    "request": body,
-                    "endpoint": error.endpoint,
-                    "error": f"{type(error).__name__}: {error}",
-                }
-            )
-
-
-async def _events(state: EndpointState, resp: aiohttp.ClientResponse) -> AsyncIterator[StreamEvent]:
-    """The events of a streamed reply: SSE chunks, or, when the server ignored ``stream`` and
-    sent one JSON body (some gateways do), that whole completion."""
-    if resp.content_type == "application/json":
-        for event in completion_events(await read_json(state, resp), state.url):
-            yield event
-        return
-    async for data in sse_payloads(stream_lines(resp, state.url), state.url):
-        for event in parse_chunk(data, state.url):
-            yield event
+            self.trace(failure_record(body, error))

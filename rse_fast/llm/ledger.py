@@ -223,6 +223,44 @@ class Ledger:
     def exploitation_tokens(self) -> int:
         return self.total_tokens - self.exploration_tokens
 
+    def tokens_of(self, *, role: str | None = None, task: str | None = None) -> int:
+        """Tokens booked to calls of ``role`` and/or ``task`` (either alone narrows)."""
+        return sum(
+            r.total_tokens
+            for r in self.records
+            if (role is None or r.role == role) and (task is None or r.task == task)
+        )
+
+    def mean_call(
+        self, role: str, *, completion: bool = False, answered: bool = False, measured: bool = False
+    ) -> float | None:
+        """A ``role`` call's mean tokens (``completion``: its completion alone) over the calls
+        booked so far; ``answered``: calls that returned; ``measured``: not answered from an
+        earlier reply (a reuse costs nothing). None before any."""
+        done = [
+            r.completion_tokens if completion else r.total_tokens
+            for r in self.records
+            if r.role == role
+            and (not answered or r.ok)
+            and (not measured or r.usage_source != "reused")
+        ]
+        return sum(done) / len(done) if done else None
+
+    def cost_by_task(self, cost: Callable[[CallRecord], float]) -> dict[str | None, float]:
+        """Each task's calls summed by ``cost`` (a price, server seconds, tokens)."""
+        out: dict[str | None, float] = {}
+        for rec in self.records:
+            out[rec.task] = out.get(rec.task, 0.0) + cost(rec)
+        return out
+
+    def of_tasks(self, tasks: set[str]) -> Ledger:
+        """A ledger of the calls booked to ``tasks`` only."""
+        out = Ledger(self.exploration_roles)
+        for rec in self.records:
+            if rec.task in tasks:
+                out.record(rec)
+        return out
+
     def merge(self, *others: Ledger) -> Ledger:
         """A new ledger holding this one's records and the others' (e.g. across tasks)."""
         merged = Ledger(self.exploration_roles, list(self.records))

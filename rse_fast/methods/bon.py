@@ -96,12 +96,8 @@ class BestOfN(Method):
 
         def mean_tokens(role: str, default: float) -> float:
             """A call's measured cost in this run (reuses are free and not counted)."""
-            done = [
-                r.total_tokens
-                for r in c.ledger.records
-                if r.role == role and r.usage_source != "reused"
-            ]
-            return sum(done) / len(done) if done else default
+            measured = c.ledger.mean_call(role, measured=True)
+            return default if measured is None else measured
 
         def fits(done: int) -> int:
             """More samples the budget buys: n samples cost n·s plus a judge call for each
@@ -175,7 +171,7 @@ class BestOfN(Method):
         finally:
             for t in judging:
                 t.cancel()
-        sampled = sum(r.total_tokens for r in c.ledger.records if r.role == "explore")
+        sampled = c.ledger.tokens_of(role="explore")
         if pool:
             self.distinct_prior = blend(self.distinct_prior, scorer.distinct / len(pool))
         if scorer.calls:

@@ -45,8 +45,8 @@ class Fusion(Method):
         per_chars = max(200, self.max_fusion_chars // self.fuse_k)
 
         def fusion_cost() -> float:
-            done = [r.completion_tokens for r in c.ledger.records if r.role == "explore" and r.ok]
-            completion = sum(done) / len(done) if done else self.expected_completion()
+            measured = c.ledger.mean_call("explore", completion=True, answered=True)
+            completion = measured if measured is not None else self.expected_completion()
             shown = min(completion, per_chars / 3)  # ~3+ characters per token
             return prompt + self.fuse_k * shown + completion
 

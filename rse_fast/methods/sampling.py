@@ -164,9 +164,7 @@ def cut_within(full: MethodResult, budget: float, unit: CostModel) -> PoolCut:
     if unit.unit == "tokens":
         pool = prefix_within(full.pool, budget)
         return PoolCut(pool, sub_ledger(full.ledger, pool), int(budget))
-    by_task: dict[str | None, float] = {}
-    for rec in full.ledger.records:
-        by_task[rec.task] = by_task.get(rec.task, 0.0) + unit.of_record(rec)
+    by_task = full.ledger.cost_by_task(unit.of_record)
     costs = [by_task.get(f"c{i}", 0.0) for i in range(len(full.pool))]
     pool = prefix_within(full.pool, budget, costs)
     ledger = sub_ledger(full.ledger, pool)
@@ -176,14 +174,9 @@ def cut_within(full: MethodResult, budget: float, unit: CostModel) -> PoolCut:
 
 
 def task_tokens(ledger: Ledger, task: str) -> int:
-    return sum(r.total_tokens for r in ledger.records if r.task == task)
+    return ledger.tokens_of(task=task)
 
 
 def sub_ledger(ledger: Ledger, pool: list[Candidate]) -> Ledger:
     """The records of the first ``len(pool)`` candidates (their sampling and scoring calls)."""
-    keep = {f"c{i}" for i in range(len(pool))}
-    out = Ledger(ledger.exploration_roles)
-    for rec in ledger.records:
-        if rec.task in keep:
-            out.record(rec)
-    return out
+    return ledger.of_tasks({f"c{i}" for i in range(len(pool))})

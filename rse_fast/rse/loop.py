@@ -184,7 +184,7 @@ class RoundLoop:
                 self.problem, r, k_r, "" if st.settled else st.block, self.gold,
                 distill=distill, observe=observe, first=st.sampled,
             )  # fmt: skip
-            before = len(self.engine.client.ledger.records)
+            before = self.spend.mark()
             try:
                 result, next_block = await RoundRun(self.engine, ask, solve.bank).run()
             except BudgetExhaustedError:
@@ -196,7 +196,7 @@ class RoundLoop:
                 st.guided_rounds.append(r)
             st.sampled += k_r
             solve.rounds.append(result)
-            self._measure(self.engine.client.ledger.records[before:], shown, st)
+            self._measure(self.spend.calls_since(before), shown, st)
             if distill or observe:
                 st.block = next_block
             if r == 1 and self.engine.settling.is_settled(result):

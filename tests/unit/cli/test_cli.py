@@ -130,8 +130,9 @@ def test_a_budgeted_solve_takes_every_option_the_unbudgeted_one_does(capsys, tmp
         capsys.readouterr()
         n_before = len(srv.requests)
         args = ["solve", "What is 38 + 27? Mind the carry.", *base, "--budget", "6000",
-                "--rounds", "2", "--k", "1,2", "--settle-margin", "off", "--bank-in", str(bank_in),
-                "--bank-out", str(bank_out), "--distill-base-url", dis.base_url, "--json"]  # fmt: skip
+                "--rounds", "2", "--k", "1,2", "--settle-margin", "off",
+                "--bank-in", str(bank_in), "--bank-out", str(bank_out),
+                "--distill-base-url", dis.base_url, "--json"]  # fmt: skip
         assert cli.main(args) == 0
         data = json.loads(capsys.readouterr().out)
         ours = srv.requests[n_before:]
@@ -198,7 +199,7 @@ def _round(r: int, block: str) -> Any:
     ],
 )
 def test_summary_says_when_no_prompt_saw_the_bank(blocks, distill, says_unguided):
-    from rse_fast.cli.solve import format_summary
+    from rse_fast.cli.solve_output import format_summary
     from rse_fast.rse.results import RSEResult
 
     roles = {"explore": {"total_tokens": 600}, "distill": {"total_tokens": distill}}

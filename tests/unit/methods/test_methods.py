@@ -207,8 +207,8 @@ async def test_every_family_runs_through_one_metered_budget_and_refuses_before_s
     """``Method.run`` is a template: the problem is checked first (nothing sent when a family
     cannot answer it), then one ``RunBudget`` (a fresh ledger; in cap mode the cap on the
     same view) is handed to the family's ``_run``."""
-    from rse_fast.methods.base import Method
     from rse_fast.llm.budget import RunBudget
+    from rse_fast.methods.base import Method
 
     seen: list[RunBudget] = []
 
