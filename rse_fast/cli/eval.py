@@ -77,6 +77,12 @@ def add_parser(sub: Any) -> None:
         help="independent plain samples per problem for the single-sample baseline μ",
     )
     add_server_arguments(p)
+    add_model_arguments(p)
+    add_run_arguments(p)
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The verifier, reward and grader models beside the policy's server."""
     p.add_argument("--judge-url", help="the methods' verifier (default: the policy model)")
     p.add_argument("--judge-model")
     p.add_argument("--reward-url", help="scoring API for best-of-N instead of the LLM judge")
@@ -93,6 +99,10 @@ def add_parser(sub: Any) -> None:
         default=0.7,
         help="sampling temperature of the two independent grader readings",
     )
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How the run goes: parallelism, token caps, its report and output."""
     p.add_argument("--parallel", type=int_in(1, 1024), default=4)
     p.add_argument("--max-tokens", type=int_in(1, 1_000_000), default=1024)
     p.add_argument(

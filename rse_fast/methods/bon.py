@@ -4,6 +4,7 @@ the best (or the score-weighted vote) chosen; its cost model plans samples and s
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -94,44 +95,7 @@ class BestOfN(Method):
         judge_guess = per_sample + JUDGE_OVERHEAD_TOKENS
         judging: list[asyncio.Task[None]] = []
 
-        def mean_tokens(role: str, default: float) -> float:
-            """A call's measured cost in this run (reuses are free and not counted)."""
-            measured = c.ledger.mean_call(role, measured=True)
-            return default if measured is None else measured
-
-        def fits(done: int) -> int:
-            """More samples the budget buys: n samples cost n·s plus a judge call for each
-            distinct candidate expected among n (none while one is expected: a single text
-            is never judged); the first wave rounds to the nearest n, later ones buy a part
-            sample only as ``buys_part_unit`` says. Expected distinct: the earlier runs'
-            share × n until two waves of this run are in, then the texts seen so far plus
-            this run's rate of new ones for the samples still to come."""
-            s = max(1.0, mean_tokens("explore", self.planned_cost(per_sample)))
-            # a judge call reads the problem and one response: before one has been measured,
-            # a sample's cost plus the judge's own template and reply
-            fresh = s + JUDGE_OVERHEAD_TOKENS
-            j = mean_tokens("judge", judge_guess * self.judge_ratio if self.judge_ratio else fresh)
-            share = self.distinct_prior
-            own = share is None or done >= 2 * self.parallel  # two waves in: this run's own
-            # this run's rate of new texts after the first (the first is always new)
-            rate = (scorer.distinct - 1) / (done - 1) if done > 1 else 1.0
-
-            def judged(n: int) -> float:
-                if own:
-                    return scorer.distinct + rate * (n - done) if done else float(n)
-                return max(scorer.distinct, (share or 1.0) * n)
-
-            def total(n: int) -> float:
-                k = judged(n)
-                return n * s + (j * k if k > 1 else 0.0)  # one distinct text: no judge call
-
-            n = done
-            while total(n + 1) <= budget:
-                n += 1
-            part = (budget - total(n)) / (total(n + 1) - total(n))
-            units = budget / (total(n + 1) / (n + 1))
-            more = part >= 0.5 if done == 0 else buys_part_unit(part, units)
-            return n + more - done
+        fits = functools.partial(self._fits, c.ledger, scorer, budget, per_sample, judge_guess)
 
         deferred: list[tuple[Candidate, int]] = []  # judged once a second distinct text comes
 
@@ -171,11 +135,71 @@ class BestOfN(Method):
         finally:
             for t in judging:
                 t.cancel()
+        return await self._finish(
+            problem, pool, scorer, c, budget, (per_sample, judge_guess), early
+        )
+
+    def _fits(
+        self,
+        ledger: Ledger,
+        scorer: DistinctScorer,
+        budget: int,
+        per_sample: float,
+        judge_guess: float,
+        done: int,
+    ) -> int:
+        """More samples the budget buys: n samples cost n·s plus a judge call for each
+        distinct candidate expected among n (none while one is expected: a single text
+        is never judged); the first wave rounds to the nearest n, later ones buy a part
+        sample only as ``buys_part_unit`` says. Expected distinct: the earlier runs'
+        share × n until two waves of this run are in, then the texts seen so far plus
+        this run's rate of new ones for the samples still to come."""
+        s = max(1.0, _mean_tokens(ledger, "explore", self.planned_cost(per_sample)))
+        # a judge call reads the problem and one response: before one has been measured,
+        # a sample's cost plus the judge's own template and reply
+        fresh = s + JUDGE_OVERHEAD_TOKENS
+        j = _mean_tokens(
+            ledger, "judge", judge_guess * self.judge_ratio if self.judge_ratio else fresh
+        )
+        share = self.distinct_prior
+        own = share is None or done >= 2 * self.parallel  # two waves in: this run's own
+        # this run's rate of new texts after the first (the first is always new)
+        rate = (scorer.distinct - 1) / (done - 1) if done > 1 else 1.0
+
+        def judged(n: int) -> float:
+            if own:
+                return scorer.distinct + rate * (n - done) if done else float(n)
+            return max(scorer.distinct, (share or 1.0) * n)
+
+        def total(n: int) -> float:
+            k = judged(n)
+            return n * s + (j * k if k > 1 else 0.0)  # one distinct text: no judge call
+
+        n = done
+        while total(n + 1) <= budget:
+            n += 1
+        part = (budget - total(n)) / (total(n + 1) - total(n))
+        units = budget / (total(n + 1) / (n + 1))
+        more = part >= 0.5 if done == 0 else buys_part_unit(part, units)
+        return n + more - done
+
+    async def _finish(
+        self,
+        problem: Problem,
+        pool: list[Candidate],
+        scorer: DistinctScorer,
+        c: LLMClient,
+        budget: int,
+        guesses: tuple[float, float],
+        early: EarlyStop | None,
+    ) -> MethodResult:
+        """Keep what this run measured as priors, then pick the final candidate."""
+        per_sample, judge_guess = guesses
         sampled = c.ledger.tokens_of(role="explore")
         if pool:
             self.distinct_prior = blend(self.distinct_prior, scorer.distinct / len(pool))
         if scorer.calls:
-            ratio = mean_tokens("judge", judge_guess) / judge_guess
+            ratio = _mean_tokens(c.ledger, "judge", judge_guess) / judge_guess
             self.judge_ratio = blend(self.judge_ratio, ratio)
         self.learn(pool, per_sample, sampled)  # also keeps the two priors above
         chosen_from, checked = pool, None
@@ -225,3 +249,9 @@ class BestOfN(Method):
         if checked is not None:
             result.meta["execution_filter"] = checked
         return self.price(result, budget)
+
+
+def _mean_tokens(ledger: Ledger, role: str, default: float) -> float:
+    """A call's measured cost in this run (reuses are free and not counted)."""
+    measured = ledger.mean_call(role, measured=True)
+    return default if measured is None else measured

@@ -143,51 +143,12 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         raise RequestError(
             "method requests need user messages with non-empty text content", param="messages"
         )
-    tools = body.get("tools") if METHODS[prefix].takes_tools else None
-    if tools is not None and (
-        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
-    ):
-        raise RequestError("'tools' must be a list of tool objects", param="tools")
-    tool_vote = body.get("tool_vote", "arguments")
-    if tool_vote not in ("name", "arguments"):
-        raise RequestError(
-            f"'tool_vote' must be 'name' or 'arguments', got {tool_vote!r}", param="tool_vote"
-        )
+    tools, tool_vote = _tools(body, prefix)
     settle = body.get("settle_margin", 1.0)
     if settle is not None:
         settle = _number(body, "settle_margin", float, 1.0, 0.001, 1.0)
-    for name in ("stop_epsilon", "confidence"):
-        if body.get(name) not in (None, False) and name not in METHODS[prefix].request_fields:
-            takers = sorted(m for m in METHOD_PREFIXES if name in METHODS[m].request_fields)
-            raise RequestError(
-                f"'{name}' is not an option of method '{prefix}' (methods that take it: "
-                f"{', '.join(takers)})",
-                param=name,
-            )
-    # left out: the family's measured default (sc's stop); sent as null: off
-    stop_epsilon = body.get("stop_epsilon", METHODS[prefix].service_defaults.get("stop_epsilon"))
-    if stop_epsilon is not None:
-        stop_epsilon = _number(
-            {"stop_epsilon": stop_epsilon}, "stop_epsilon", float, None, 1e-4, 0.5
-        )
-    confidence = body.get("confidence", False)
-    if not isinstance(confidence, bool):
-        raise RequestError(
-            f"'confidence' must be true or false, got {confidence!r}", param="confidence"
-        )
-    entry_point = body.get("entry_point")
-    if entry_point is not None and (
-        not isinstance(entry_point, str) or not entry_point.isidentifier()
-    ):
-        raise RequestError(
-            f"'entry_point' must be a function name, got {entry_point!r}", param="entry_point"
-        )
-    visible = body.get("visible_tests")
-    if visible is not None and (entry_point is None or not isinstance(visible, list)):
-        raise RequestError(
-            "'visible_tests' is a list of examples, e.g. [\"f(2) == 4\"], sent with 'entry_point'",
-            param="visible_tests",
-        )
+    stop_epsilon, confidence = _stop_and_confidence(body, prefix)
+    entry_point, visible = _code_problem(body)
     unit, budget = _budget(body, caps)
     default_tokens = min(1024, caps.max_tokens)  # a default never trips the cap
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_tokens))
@@ -218,6 +179,63 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         entry_point=entry_point,
         visible_tests=tuple(visible) if visible is not None else None,
     )
+
+
+def _tools(body: dict[str, Any], prefix: str) -> tuple[list[Any] | None, str]:
+    """The request's tools (for a family that takes them) and how their calls are voted."""
+    tools = body.get("tools") if METHODS[prefix].takes_tools else None
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+    ):
+        raise RequestError("'tools' must be a list of tool objects", param="tools")
+    tool_vote = body.get("tool_vote", "arguments")
+    if tool_vote not in ("name", "arguments"):
+        raise RequestError(
+            f"'tool_vote' must be 'name' or 'arguments', got {tool_vote!r}", param="tool_vote"
+        )
+    return tools, tool_vote
+
+
+def _stop_and_confidence(body: dict[str, Any], prefix: str) -> tuple[float | None, bool]:
+    """The statistical stop's ε (the family's measured default when left out; off when sent
+    as null) and whether confidence is asked for, each refused by a family without it."""
+    for name in ("stop_epsilon", "confidence"):
+        if body.get(name) not in (None, False) and name not in METHODS[prefix].request_fields:
+            takers = sorted(m for m in METHOD_PREFIXES if name in METHODS[m].request_fields)
+            raise RequestError(
+                f"'{name}' is not an option of method '{prefix}' (methods that take it: "
+                f"{', '.join(takers)})",
+                param=name,
+            )
+    stop_epsilon = body.get("stop_epsilon", METHODS[prefix].service_defaults.get("stop_epsilon"))
+    if stop_epsilon is not None:
+        stop_epsilon = _number(
+            {"stop_epsilon": stop_epsilon}, "stop_epsilon", float, None, 1e-4, 0.5
+        )
+    confidence = body.get("confidence", False)
+    if not isinstance(confidence, bool):
+        raise RequestError(
+            f"'confidence' must be true or false, got {confidence!r}", param="confidence"
+        )
+    return stop_epsilon, confidence
+
+
+def _code_problem(body: dict[str, Any]) -> tuple[str | None, list[Any] | None]:
+    """A code problem's entry point and the examples it states (both optional)."""
+    entry_point = body.get("entry_point")
+    if entry_point is not None and (
+        not isinstance(entry_point, str) or not entry_point.isidentifier()
+    ):
+        raise RequestError(
+            f"'entry_point' must be a function name, got {entry_point!r}", param="entry_point"
+        )
+    visible = body.get("visible_tests")
+    if visible is not None and (entry_point is None or not isinstance(visible, list)):
+        raise RequestError(
+            "'visible_tests' is a list of examples, e.g. [\"f(2) == 4\"], sent with 'entry_point'",
+            param="visible_tests",
+        )
+    return entry_point, visible
 
 
 def _budget(body: dict[str, Any], caps: Caps) -> tuple[CostModel, float]:

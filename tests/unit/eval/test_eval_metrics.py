@@ -19,7 +19,8 @@ from rse_fast.eval.metrics import (
     paired_difference,
     spearman,
 )
-from rse_fast.eval.summary import aggregate, capture_vs_rho, markdown_table, paired_rows
+from rse_fast.eval.summary import aggregate, capture_vs_rho, paired_rows
+from rse_fast.eval.summary_table import markdown_table
 
 NAN = float("nan")
 
