@@ -22,8 +22,6 @@ import asyncio
 import contextlib
 import json
 import random
-import socket
-import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +40,7 @@ from rse_fast.testing.script import (
     prompt_text,
     word_count,
 )
+from rse_fast.testing.stream import ReplyStream
 
 
 @dataclass
@@ -323,7 +322,7 @@ class ScriptedServer:
             if self.stream_tokens_per_s:  # what the stream's pacing will add, for benchmarks
                 self.delays[slot] += replies[0].tokens / self.stream_tokens_per_s
             self.served[i] = self.prompt_tokens(body)  # then each piece as it is written
-            return await self._stream(request, body, replies[0], fault, i)
+            return await ReplyStream(self, request, body, replies[0], fault, i).run()
         counts = [r.tokens for r in replies]
         self.served[i] = self.prompt_tokens(body) + sum(counts)
         top = max(1, int(body.get("top_logprobs") or 1))
@@ -352,8 +351,8 @@ class ScriptedServer:
         }
         if fault is None or fault.kind != "no_usage":
             completion = counts[0] if self.usage_first_choice_only else sum(counts)
-            payload["usage"] = self._usage(body, completion, replies)
-        raw = json.dumps(self._with_timings(payload)).encode()
+            payload["usage"] = self.usage_payload(body, completion, replies)
+        raw = json.dumps(self.with_timings(payload)).encode()
         if fault is not None and fault.kind == "malformed":
             return web.Response(body=raw[: len(raw) // 2], content_type="application/json")
         if fault is not None and fault.kind == "truncate":
@@ -377,7 +376,7 @@ class ScriptedServer:
         await resp.write_eof()
         return resp
 
-    def _usage(
+    def usage_payload(
         self, body: dict[str, Any], completion: int, replies: Sequence[Reply]
     ) -> dict[str, Any]:
         prompt = self.prompt_tokens(body)
@@ -402,120 +401,11 @@ class ScriptedServer:
         self.usages.append(usage)
         return usage
 
-    def _with_timings(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def with_timings(self, payload: dict[str, Any]) -> dict[str, Any]:
         """llama.cpp sends ``timings`` beside ``usage``: top-level in the body or chunk."""
         if self.prefix_cache == "llama.cpp" and "usage" in payload:
             payload["timings"] = self._last_timings
         return payload
-
-    async def _stream(
-        self,
-        request: web.Request,
-        body: dict[str, Any],
-        reply: Reply,
-        fault: Fault | None,
-        i: int,
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(
-            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        try:
-            await resp.prepare(request)
-        except ConnectionResetError:  # the caller left during the prefill: nothing to send
-            return resp
-        model = body.get("model") or self.model
-        created = int(time.time())
-        gap = 1.0 / self.stream_tokens_per_s if self.stream_tokens_per_s else 0.0
-        sent = paced = 0
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-
-        top = max(1, int(body.get("top_logprobs") or 1))
-        content_logprobs = iter(reply.logprobs(top)["content"]) if reply.content else iter(())
-        with_logprobs = bool(body.get("logprobs")) and self.logprobs_supported
-
-        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
-            """Write one chunk; a generated piece is followed by a wait until its slot on
-            the steady token clock (start + pieces × gap), so the stream keeps its rate
-            however long each write and wake-up took (sleeping ``gap`` after each drifts)."""
-            nonlocal sent, paced
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-            if with_logprobs and delta.get("content"):
-                choice["logprobs"] = {"content": [next(content_logprobs)]}
-            data = {
-                "id": "chatcmpl-stream",
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [choice],
-            }
-            breaks = ("drop_stream", "rst_stream", "close_stream", "stall_stream")
-            if fault is not None and fault.kind in breaks and sent >= fault.after_chunks:
-                await break_stream(request, resp, fault)
-                raise ConnectionResetError(f"scripted {fault.kind} mid-stream")
-            await resp.write(f"data: {json.dumps(data)}\n\n".encode())
-            sent += 1
-            if delta.get("content") or delta.get(reply.reasoning_field):
-                self.served[i] += 1  # a generated piece is one token here
-            if gap and "role" not in delta and finish is None:
-                paced += 1
-                wait = start + paced * gap - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-
-        def pieces(text: str) -> list[str]:
-            words = text.split(" ")
-            return [w if k == 0 else " " + w for k, w in enumerate(words)]
-
-        try:
-            await send({"role": "assistant", "content": ""})
-            for piece in pieces(reply.reasoning or "") if reply.reasoning else []:
-                await send({reply.reasoning_field: piece})
-            for piece in pieces(reply.content) if reply.content else []:
-                await send({"content": piece})
-            for k, call in enumerate(reply.message(0).get("tool_calls") or []):
-                fn = call["function"]
-                head = {"index": k, "id": call["id"], "type": "function"}
-                await send({"tool_calls": [{**head, "function": {"name": fn["name"]}}]})
-                args = fn["arguments"]
-                for a in range(0, len(args), 8):
-                    await send(
-                        {"tool_calls": [{"index": k, "function": {"arguments": args[a : a + 8]}}]}
-                    )
-            await send({}, reply.finish)
-        except ConnectionResetError:
-            return resp
-        if (body.get("stream_options") or {}).get("include_usage"):
-            data: dict[str, Any] = {
-                "id": "chatcmpl-stream",
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [],
-                "usage": self._usage(body, reply.tokens, [reply]),
-            }
-            await resp.write(f"data: {json.dumps(self._with_timings(data))}\n\n".encode())
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        if self.close_after_stream and request.transport is not None:
-            request.transport.close()
-        return resp
-
-
-async def break_stream(request: web.Request, resp: web.StreamResponse, fault: Fault) -> None:
-    """End a stream the way ``fault`` says (the caller then stops writing)."""
-    transport = request.transport
-    if fault.kind == "close_stream":
-        await resp.write_eof()  # a clean end of the HTTP response, without [DONE]
-    elif fault.kind == "stall_stream":
-        await asyncio.sleep(fault.stall_s)
-    elif fault.kind == "rst_stream" and transport is not None:
-        sock = transport.get_extra_info("socket")
-        if sock is not None:  # SO_LINGER with a zero timeout: close() sends RST, not FIN
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        transport.abort()
-    elif transport is not None:
-        transport.abort()
 
 
 async def _serve_forever(port: int, latency: float, tokens_per_s: float | None) -> None:
