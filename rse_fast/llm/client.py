@@ -275,6 +275,13 @@ class LLMClient:
         )
         if asks_logprobs(body) and self.pool.pick().supports_logprobs is False:
             body = without_logprobs(body)
+        return await self._booked(body, n, role, task)
+
+    async def _booked(
+        self, body: dict[str, Any], n: int, role: str, task: str | None
+    ) -> ChatResult:
+        """The call, its worst case reserved first and settled in the booking however it
+        ends: answered, answered with an error, unanswered, or cancelled."""
         t0 = time.perf_counter()
         if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
             await self._calibrate(body, self.prompt_margin)
