@@ -177,6 +177,18 @@ def chunk_summary(
     return top, first, count
 
 
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def small_matmul_nt(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ b.T`` on this thread, for products too small to be worth waking BLAS's
+    threads (their wake-up waited for a core behind the encoder's spinning threads)."""
+    for i in range(a.shape[0]):
+        for j in range(b.shape[0]):
+            s = np.float32(0.0)
+            for k in range(a.shape[1]):
+                s += a[i, k] * b[j, k]
+            out[i, j] = s
+
+
 @nb.njit(cache=True, nogil=True)
 def first_at_least(rows: np.ndarray, v: np.ndarray, tau: float) -> tuple[int, float]:
     """First of ``rows`` whose exact similarity to ``v`` is >= τ, as (index, sim); (-1, nan)."""

@@ -14,6 +14,20 @@ from typing import Protocol
 import numpy as np
 
 from . import half
+from ._jit import small_matmul_nt
+
+#: Multiply-adds below which a product runs on the calling thread, not through BLAS: BLAS
+#: wakes its worker threads even for a tiny product, and where another library's threads
+#: (the encoder's) are spinning on the cores the wake-up took milliseconds (docs/decisions.md)
+SMALL_PRODUCT = 1 << 21
+
+
+def matmul_nt(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ b.T``: on this thread when small, else through BLAS."""
+    if a.shape[0] * b.shape[0] * a.shape[1] <= SMALL_PRODUCT:
+        small_matmul_nt(a, b, out)
+    else:
+        np.matmul(a, b.T, out=out)
 
 
 def tie_band(dim: int) -> float:
@@ -57,9 +71,9 @@ class Float32Rows:
 
     def tile(self, start: int, stop: int, query: np.ndarray, out: np.ndarray, cols: bool) -> None:
         if cols:
-            np.matmul(query, self.rows[start:stop].T, out=out)
+            matmul_nt(query, self.rows[start:stop], out)
         else:
-            np.matmul(self.rows[start:stop], query.T, out=out)
+            matmul_nt(self.rows[start:stop], query, out)
 
     def scan(self, start: int, stop: int, query_row: np.ndarray, out: np.ndarray) -> None:
         np.matmul(self.rows[start:stop], query_row, out=out)
@@ -93,9 +107,9 @@ class HalfRows:
         decoded = self._decoded[:t]
         half.decode_into(self.words, start, stop, decoded)
         if cols:
-            np.matmul(query, decoded.T, out=out)
+            matmul_nt(query, decoded, out)
         else:
-            np.matmul(decoded, query.T, out=out)
+            matmul_nt(decoded, query, out)
 
     def scan(self, start: int, stop: int, query_row: np.ndarray, out: np.ndarray) -> None:
         half.scores_into(self.words, start, stop, query_row, out)

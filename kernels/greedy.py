@@ -23,7 +23,7 @@ from ._jit import (
     greedy_walk,
     settle_pairs,
 )
-from .banks import BankRows, DeviceRows, as_bank, tie_band
+from .banks import BankRows, DeviceRows, as_bank, matmul_nt, tie_band
 from .tuning import TilePlan
 
 #: The fewest rows per chunk of the B=1 scan.
@@ -243,7 +243,8 @@ def greedy_insert(
             bank_max[j] = 1.0
         elif exact_max[j] >= tau:
             bank_hit_row[j] = bank_max_row[j]
-    gram = batch @ batch.T
+    gram = np.empty((b, b), np.float32)
+    matmul_nt(batch, batch, gram)
     greedy_walk(
         batch,
         gram,
