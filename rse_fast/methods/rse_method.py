@@ -31,7 +31,7 @@ from rse_fast.methods.voting import (
 )
 from rse_fast.rse.bank import ExperienceBank
 from rse_fast.rse.checking import NAMED_CHECKERS, CodeExamplesChecker, ExperienceChecker
-from rse_fast.rse.config import RSEConfig
+from rse_fast.rse.config import PRESETS, RSEConfig
 from rse_fast.rse.engine import RSE, select_rounds
 from rse_fast.rse.loop import Solve
 from rse_fast.rse.results import Progress
@@ -39,41 +39,8 @@ from rse_fast.rse.results import Progress
 #: the checkers named by a string: code run on the stated examples, equations re-computed
 CHECKERS = ("visible", *NAMED_CHECKERS)
 
-#: Ablation variants: name → RSEConfig fields it sets.
-VARIANTS: dict[str, dict[str, Any]] = {
-    "support-1": {"min_support_shown": 1},
-    "no-settle": {"settle_margin": None},
-    "rules": {"guidance": "rules"},  # the default since dev-three-ablate-0.5b
-    "short": {"guidance": "short"},
-    # with checker="visible": the bank is framed as what running the code showed
-    "checked": {"guidance": "checked"},
-    "structured": {"distill_format": "structured"},
-    "votes": {"distill_sees_votes": True},
-    "batch": {"distill_mode": "batch"},
-    "neg-only": {"use_positive": False},
-    "pos-only": {"use_negative": False},
-    "no-dedup": {"dedup": False},
-    "replace-longer": {"dedup_policy": "replace-longer", "dedup_order": "longest"},
-    "guided": {"select_from": "guided"},
-    "last": {"select_from": "last"},
-    "pasted": {"distill_continues": False},  # the rollout pasted into a fresh prompt
-    # the short ask (the schema gives the shape): more of a continued distillation is cached
-    "brief": {"distill_ask": "brief"},
-    # the whole ask in every rollout's system turn, a one-line cue after the rollout: the
-    # cache serves nearly all of a distillation (every rollout reads the ask, mostly cached)
-    "primed": {"distill_ask": "primed"},
-    # experience from running the code alone (with checker="visible"): no model distillation
-    "grounded": {"distill_with_model": False},
-    # with checker="visible": a passing rollout's code is filed as a verified proposition
-    "passing": {"file_passing_code": True},
-    # distill only the more confident half of a round (its rollouts ask for logprobs)
-    "conf-distill": {"confidence_top_logprobs": 5, "distill_confident_share": 0.5},
-    # propositions only from a round's confident rollouts that side with its weighted vote;
-    # from the rest (unsure, or a confident minority) pitfalls only
-    "conf-split": {"confidence_top_logprobs": 5, "propositions_from_confident": True},
-    # a proposition is shown only while its rollouts side with the running weighted vote
-    "conf-agree": {"confidence_top_logprobs": 5, "bank_follows_vote": True},
-}
+#: Ablation variants: the config's named presets (``rse.config.PRESETS``).
+VARIANTS = PRESETS
 
 
 class RSEMethod(Method):

@@ -129,15 +129,19 @@ class RSEConfig:
     An unknown field name raises ``UnknownOptionError`` (a ValueError) listing these.
     """
 
+    # -- sampling: how rollouts are sampled and voted
     rounds: int = 4
     k: int | Sequence[int] = 8  # one K for every round, or K_r per round
-    tau_positive: float = 0.85
-    tau_negative: float = 0.85
     temperature: float = 0.6
     top_p: float = 0.95
     top_k: int | None = 20
     max_tokens: int = 2048
     seed: int | None = 0
+    select_from: Literal["all", "guided", "last"] = "all"
+    confidence_top_logprobs: int | None = None
+    confidence_measure: str = "lowest_window"
+    confidence_window: int = 32
+    # -- distillation: how a rollout becomes statements
     distill_temperature: float = 0.3
     distill_max_tokens: int | None = None
     distill_length_ratio: float = 0.75
@@ -156,32 +160,32 @@ class RSEConfig:
     max_words_per_experience: int = 40
     max_chars_per_experience: int = 300
     attempt_max_tokens: int = 6000
+    use_json_schema: bool = True
+    stream_distill: bool = True
+    distill_with_model: bool = True
+    distill_confident_share: float | None = None
+    propositions_from_confident: bool = False
+    file_passing_code: bool = False
+    drop_echoes: bool = True
+    refuted_as_pitfall: bool = True
+    # -- bank: what the bank keeps and shows
+    tau_positive: float = 0.85
+    tau_negative: float = 0.85
+    dedup: bool = True
+    dedup_order: Literal["rollout", "longest", "shortest"] = "rollout"
+    dedup_policy: Literal["keep-first", "replace-longer"] = "keep-first"
+    use_positive: bool = True
+    use_negative: bool = True
     max_rendered_per_type: int | None = None
     bank_token_budget: int = 1000
     min_support_shown: int = 2
     min_support_from_k: int = 4
     guidance: Guidance = DEFAULT_GUIDANCE
+    bank_follows_vote: bool = False
+    # -- planner: when rounds settle and what they skip
     settle_margin: float | None = 1.0
     settle_spend: Literal["sample", "stop"] = "sample"
     skip_settled_distill: bool = False
-    use_json_schema: bool = True
-    stream_distill: bool = True
-    dedup_order: Literal["rollout", "longest", "shortest"] = "rollout"
-    dedup_policy: Literal["keep-first", "replace-longer"] = "keep-first"
-    dedup: bool = True
-    use_positive: bool = True
-    use_negative: bool = True
-    drop_echoes: bool = True
-    refuted_as_pitfall: bool = True
-    distill_with_model: bool = True
-    select_from: Literal["all", "guided", "last"] = "all"
-    confidence_top_logprobs: int | None = None
-    confidence_measure: str = "lowest_window"
-    confidence_window: int = 32
-    distill_confident_share: float | None = None
-    propositions_from_confident: bool = False
-    bank_follows_vote: bool = False
-    file_passing_code: bool = False
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -241,6 +245,18 @@ class RSEConfig:
         if not (self.use_positive or self.use_negative):
             raise ValueError("use_positive and use_negative cannot both be False")
 
+    def grouped(self) -> dict[str, dict[str, Any]]:
+        """The fields by concern (:data:`GROUPS`), as a person reads a configuration."""
+        values = self.to_dict()
+        return {group: {f: values[f] for f in names} for group, names in GROUPS.items()}
+
+    @classmethod
+    def preset(cls, name: str, **fields: Any) -> RSEConfig:
+        """The named preset (:data:`PRESETS`) with ``fields`` on top."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown RSE preset {name!r}; choose from {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **fields})
+
     def distill_tokens(self, rollout_tokens: int) -> int:
         """The completion cap of one distillation, for a rollout of ``rollout_tokens``."""
         if self.distill_max_tokens is not None:
@@ -270,3 +286,107 @@ class RSEConfig:
         d["k"] = self.k if isinstance(self.k, int) else list(self.k)
         d["distill_extra"] = dict(self.distill_extra) if self.distill_extra else None
         return d
+
+
+#: Every field under the one concern it belongs to (a test keeps this whole).
+GROUPS: dict[str, tuple[str, ...]] = {
+    "sampling": (
+        "rounds",
+        "k",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_tokens",
+        "seed",
+        "select_from",
+        "confidence_top_logprobs",
+        "confidence_measure",
+        "confidence_window",
+    ),
+    "distillation": (
+        "distill_temperature",
+        "distill_max_tokens",
+        "distill_length_ratio",
+        "distill_format",
+        "distill_ask",
+        "distill_continues",
+        "distill_final_round",
+        "distill_sees_votes",
+        "distill_mode",
+        "distill_batch",
+        "attempt_batch_tokens",
+        "distill_retries",
+        "distill_model",
+        "distill_extra",
+        "max_experiences_per_rollout",
+        "max_words_per_experience",
+        "max_chars_per_experience",
+        "attempt_max_tokens",
+        "use_json_schema",
+        "stream_distill",
+        "distill_with_model",
+        "distill_confident_share",
+        "propositions_from_confident",
+        "file_passing_code",
+        "drop_echoes",
+        "refuted_as_pitfall",
+    ),
+    "bank": (
+        "tau_positive",
+        "tau_negative",
+        "dedup",
+        "dedup_order",
+        "dedup_policy",
+        "use_positive",
+        "use_negative",
+        "max_rendered_per_type",
+        "bank_token_budget",
+        "min_support_shown",
+        "min_support_from_k",
+        "guidance",
+        "bank_follows_vote",
+    ),
+    "planner": (
+        "settle_margin",
+        "settle_spend",
+        "skip_settled_distill",
+    ),
+}
+
+
+#: Named presets of the config: the ablation variants (``rse:<name>``), each the fields it
+#: sets on top of the defaults.
+PRESETS: dict[str, dict[str, Any]] = {
+    "support-1": {"min_support_shown": 1},
+    "no-settle": {"settle_margin": None},
+    "rules": {"guidance": "rules"},  # the default since dev-three-ablate-0.5b
+    "short": {"guidance": "short"},
+    # with checker="visible": the bank is framed as what running the code showed
+    "checked": {"guidance": "checked"},
+    "structured": {"distill_format": "structured"},
+    "votes": {"distill_sees_votes": True},
+    "batch": {"distill_mode": "batch"},
+    "neg-only": {"use_positive": False},
+    "pos-only": {"use_negative": False},
+    "no-dedup": {"dedup": False},
+    "replace-longer": {"dedup_policy": "replace-longer", "dedup_order": "longest"},
+    "guided": {"select_from": "guided"},
+    "last": {"select_from": "last"},
+    "pasted": {"distill_continues": False},  # the rollout pasted into a fresh prompt
+    # the short ask (the schema gives the shape): more of a continued distillation is cached
+    "brief": {"distill_ask": "brief"},
+    # the whole ask in every rollout's system turn, a one-line cue after the rollout: the
+    # cache serves nearly all of a distillation (every rollout reads the ask, mostly cached)
+    "primed": {"distill_ask": "primed"},
+    # experience from running the code alone (with checker="visible"): no model distillation
+    "grounded": {"distill_with_model": False},
+    # with checker="visible": a passing rollout's code is filed as a verified proposition
+    "passing": {"file_passing_code": True},
+    # distill only the more confident half of a round (its rollouts ask for logprobs)
+    "conf-distill": {"confidence_top_logprobs": 5, "distill_confident_share": 0.5},
+    # propositions only from a round's confident rollouts that side with its weighted vote;
+    # from the rest (unsure, or a confident minority) pitfalls only
+    "conf-split": {"confidence_top_logprobs": 5, "propositions_from_confident": True},
+    # a proposition is shown only while its rollouts side with the running weighted vote
+    "conf-agree": {"confidence_top_logprobs": 5, "bank_follows_vote": True},
+}
