@@ -26,12 +26,8 @@ from rse_fast.prompts import (
     distill_schema,
     primed_preamble,
 )
-from rse_fast.prompts.distill_format import (
-    Distilled,
-    ItemScanner,
-    item_statement,
-    parse_distillation,
-)
+from rse_fast.prompts.distill_format import Distilled, item_statement, parse_distillation
+from rse_fast.prompts.reply_json import ItemScanner
 from rse_fast.rse.bank import Experience
 from rse_fast.rse.checking import Check, ExperienceChecker, Observation
 from rse_fast.rse.config import RSEConfig

@@ -155,7 +155,7 @@ def test_the_code_run_is_the_block_that_defines_the_function_not_a_later_usage_b
     ],
 )
 def test_code_blocks_are_read_by_their_fences(reply, blocks):
-    from rse_fast.eval.datasets import code_blocks
+    from rse_fast.eval.code_runs import code_blocks
 
     assert code_blocks(reply) == blocks
 
@@ -420,7 +420,7 @@ def test_a_failure_says_what_kind_it_was_and_where_the_code_raised(reply, reason
     """What a pitfall and a retry are told is what happened: an example that raised names its
     call and the line that raised; a load error is not an example failed, nor a reply without
     code a syntax error of its code."""
-    from rse_fast.eval.datasets import passes_visible
+    from rse_fast.eval.code_runs import passes_visible
     from rse_fast.rse.checking import CodeExamplesChecker
 
     p = next(x for x in load_dataset("humaneval", limit=None).problems if x.id == "HumanEval/0")

@@ -15,7 +15,8 @@ import pytest
 
 from rse_fast.errors import SandboxUnavailableError
 from rse_fast.eval import sandbox
-from rse_fast.eval.datasets import load_dataset, run_humaneval
+from rse_fast.eval.code_runs import run_humaneval
+from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.sandbox import Limits, interpreter, run_tests
 
 TESTS = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(5) == 10\n"

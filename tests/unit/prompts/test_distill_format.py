@@ -16,13 +16,8 @@ from rse_fast.answers import (
     majority_vote,
     normalize_answer,
 )
-from rse_fast.prompts.distill_format import (
-    ItemScanner,
-    clean_statement,
-    item_statement,
-    parse_distillation,
-    repair_escapes,
-)
+from rse_fast.prompts.distill_format import clean_statement, item_statement, parse_distillation
+from rse_fast.prompts.reply_json import ItemScanner, repair_escapes
 
 
 @pytest.mark.parametrize(
