@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import random
 import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
@@ -19,37 +18,32 @@ from typing import Any
 import aiohttp
 
 from rse_fast.errors import LLMBadRequestError, LLMError, LLMHTTPError
-from rse_fast.llm.booking import CallBooking, Reservation
+from rse_fast.llm.booking import CallBooking
 from rse_fast.llm.cost import CostModel, ServerSpeed
-from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count, count_prompt_tokens
+from rse_fast.llm.fan_out import chat_n
+from rse_fast.llm.ledger import Ledger, TokenCounter, approx_token_count
 from rse_fast.llm.meter import BudgetCap, PromptMargin
+from rse_fast.llm.optional_fields import (
+    asks_logprobs,
+    chat_json,
+    refused_logprobs,
+    stream_json,
+    without_logprobs,
+)
 from rse_fast.llm.parse import parse_choices
 from rse_fast.llm.prompt_count import PromptCounter
-from rse_fast.llm.replies import merge_results, reply_events, usage_of
+from rse_fast.llm.replies import usage_of
 from rse_fast.llm.retry import RetryPolicy
-from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState
+from rse_fast.llm.routing import Endpoint, EndpointPool, EndpointState, as_endpoints
 from rse_fast.llm.sample_pool import PooledReply, SamplePool
+from rse_fast.llm.streaming import stream_once
 from rse_fast.llm.trace import TraceHook, failure_record, reply_record
-from rse_fast.llm.transport import Timeouts, Transport, open_response, read_json
+from rse_fast.llm.transport import Timeouts, Transport, read_json
 from rse_fast.llm.types import ChatResult, Message, StreamEvent, Usage
-from rse_fast.util.tasks import gather_or_cancel
 
 log = logging.getLogger(__name__)
 
 _SOURCE_RANK = {"reported": 0, "estimated": 1, "corrected": 2}
-#: Request fields a server names when it cannot do structured output.
-SCHEMA_FIELDS = ("response_format", "json_schema", "guided_json", "grammar")
-#: What a request asks for token probabilities with; a server may refuse them with a 400 (a
-#: llama.cpp build did for tools + stream + logprobs; vLLM past its ``--max-logprobs``).
-LOGPROB_FIELDS = ("logprobs", "top_logprobs")
-
-
-def asks_logprobs(fields: dict[str, Any]) -> bool:
-    return any(fields.get(f) for f in LOGPROB_FIELDS)
-
-
-def without_logprobs(fields: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in fields.items() if k not in LOGPROB_FIELDS}
 
 
 class _Keep:
@@ -57,13 +51,6 @@ class _Keep:
 
 
 KEEP = _Keep()
-
-
-def _as_endpoints(
-    endpoints: str | Endpoint | Sequence[str | Endpoint], api_key: str | None, limit: int
-) -> list[Endpoint]:
-    items = [endpoints] if isinstance(endpoints, (str, Endpoint)) else list(endpoints)
-    return [e if isinstance(e, Endpoint) else Endpoint(e, api_key, limit) for e in items]
 
 
 class LLMClient:
@@ -112,12 +99,12 @@ class LLMClient:
         #: judge): its calls are reserved, settled and priced at it in a run counting dollars
         self.price = price
         pool = EndpointPool(
-            _as_endpoints(endpoints, api_key, max_concurrency),
+            as_endpoints(endpoints, api_key, max_concurrency),
             failure_threshold=failure_threshold,
             cooldown_s=cooldown_s,
         )
         self.trace = trace
-        self.transport = Transport(pool, timeouts, retry, on_failure=self._trace_failure)
+        self.transport = Transport(pool, timeouts, retry, on_failure=self.trace_failure)
         self.ledger = ledger if ledger is not None else Ledger()
         self.cap: BudgetCap | None = None  # a cap-mode budget every call draws on
         #: how capped calls reserve their prompts, learned from every reply to any of them
@@ -283,20 +270,19 @@ class LLMClient:
         """The call, its worst case reserved first and settled in the booking however it
         ends: answered, answered with an error, unanswered, or cancelled."""
         t0 = time.perf_counter()
-        if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
-            await self._calibrate(body, self.prompt_margin)
+        await self.calibrate_capped(body)
         booking = self.booking
         held = booking.reserve(body, n)
         try:
             try:
-                result = await self._chat_n(body, n, held)
+                result = await chat_n(self, body, n, held)
             except LLMBadRequestError as exc:
-                if not self._refused_logprobs(body, exc):
+                if not refused_logprobs(self.pool, body, exc):
                     raise
                 self.ledger.record_error(
                     role, exc, time.perf_counter() - t0, exc.endpoint or "", task
                 )
-                result = await self._chat_n(without_logprobs(body), n, held)
+                result = await chat_n(self, without_logprobs(body), n, held)
         except LLMHTTPError as exc:  # the server answered with an error: it generated nothing
             booking.failed(held, role, exc, time.perf_counter() - t0, exc.endpoint or "", task)
             raise
@@ -314,18 +300,6 @@ class LLMClient:
                          task=task, requests=result.requests)  # fmt: skip
         return result
 
-    def _refused_logprobs(self, body: dict[str, Any], error: LLMBadRequestError) -> bool:
-        """Whether ``error`` is the server refusing the logprobs ``body`` asked for; if so,
-        its endpoint is remembered and asked without them from now on (its choices then
-        carry no logprobs: a confidence rule falls back to the plain vote and says so)."""
-        if not asks_logprobs(body) or not error.concerns(*LOGPROB_FIELDS):
-            return False
-        state = self.pool.state_of(error.endpoint) or self.pool.pick()
-        if state.supports_logprobs is not False:  # said once, not by every call in flight
-            log.warning("%s refuses logprobs; asking it without them: %s", state.url, error)
-        state.supports_logprobs = False
-        return True
-
     def with_cap(self, cap: BudgetCap | None) -> LLMClient:
         """A view whose calls all draw on ``cap`` (a ``cap``-mode budget): each reserves its
         worst case first, its completion cap cut to the room left, or is refused. Prompts
@@ -340,13 +314,18 @@ class LLMClient:
         no-op once any count has been seen, and where the server has no tokenizer endpoint
         (see :mod:`rse_fast.llm.prompt_count`)."""
         if self.prompt_counter.pending(self.prompt_margin):
-            await self._calibrate(self.build_body(messages), self.prompt_margin)
+            await self._calibrate(self.build_body(messages))
 
-    async def _calibrate(self, body: dict[str, Any], margin: PromptMargin) -> None:
-        """A client's first capped call (or run) asks the server how it counts the prompt, so
-        the first wave's reservations already hold what its chat template adds."""
+    async def calibrate_capped(self, body: dict[str, Any]) -> None:
+        """Before a capped call while the margin still learns: ask the server how it counts
+        this prompt, so the first wave's reservations already hold what its chat template
+        adds."""
+        if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
+            await self._calibrate(body)
+
+    async def _calibrate(self, body: dict[str, Any]) -> None:
         estimate = self.booking.prompt_estimate(body)
-        await self.prompt_counter.seed(self.transport, margin, body, estimate)
+        await self.prompt_counter.seed(self.transport, self.prompt_margin, body, estimate)
 
     def metered_outside(
         self, role: str, usage: Usage, endpoint: str, task: str | None = None
@@ -358,39 +337,16 @@ class LLMClient:
     async def chat_json(
         self, messages: Sequence[Message], schema: dict[str, Any], **params: Any
     ) -> ChatResult:
-        """``chat`` with JSON-schema constrained output where the server has it.
+        """``chat`` with JSON-schema constrained output where the server has it
+        (``llm.optional_fields.chat_json``)."""
+        return await chat_json(self, messages, schema, **params)
 
-        An endpoint that rejects ``response_format`` is remembered and asked without it
-        (callers parse the reply tolerantly); any other error is raised.
-        """
-        state = self.pool.pick()
-        if state.supports_schema is not False:
-            try:
-                return await self.chat(messages, response_format=schema, **params)
-            except LLMBadRequestError as exc:
-                if not exc.concerns(*SCHEMA_FIELDS):
-                    raise
-                state.supports_schema = False
-        return await self.chat(messages, **params)
-
-    async def stream_json(
+    def stream_json(
         self, messages: Sequence[Message], schema: dict[str, Any], **params: Any
     ) -> AsyncGenerator[StreamEvent, None]:
-        """``stream`` with JSON-schema constrained output where the server has it, falling
-        back as ``chat_json`` does (a rejection comes before the first event, so nothing
-        has been yielded when it is asked again)."""
-        state = self.pool.pick()
-        if state.supports_schema is not False:
-            try:
-                async for event in self.stream(messages, response_format=schema, **params):
-                    yield event
-                return
-            except LLMBadRequestError as exc:
-                if not exc.concerns(*SCHEMA_FIELDS):
-                    raise
-                state.supports_schema = False
-        async for event in self.stream(messages, **params):
-            yield event
+        """``stream`` with JSON-schema constrained output where the server has it
+        (``llm.optional_fields.stream_json``)."""
+        return stream_json(self, messages, schema, **params)
 
     async def stream(
         self,
@@ -416,129 +372,26 @@ class LLMClient:
             body = without_logprobs(body)
         started = False
         try:  # closed with this generator: a caller that stops reading books what streamed
-            async with contextlib.aclosing(self._stream_once(body, role, task, include_usage)) as e:
+            async with contextlib.aclosing(stream_once(self, body, role, task, include_usage)) as e:
                 async for event in e:
                     started = True
                     yield event
             return
         except LLMBadRequestError as exc:  # an HTTP status: before the first event
-            if started or not self._refused_logprobs(body, exc):
+            if started or not refused_logprobs(self.pool, body, exc):
                 raise
         body = without_logprobs(body)
-        async with contextlib.aclosing(self._stream_once(body, role, task, include_usage)) as e:
+        async with contextlib.aclosing(stream_once(self, body, role, task, include_usage)) as e:
             async for event in e:
                 yield event
-
-    async def _stream_once(
-        self, body: dict[str, Any], role: str, task: str | None, include_usage: bool
-    ) -> AsyncGenerator[StreamEvent, None]:
-        body["stream"] = True
-        if include_usage:
-            body["stream_options"] = {"include_usage": True}
-        if self.cap is not None and self.prompt_counter.pending(self.prompt_margin):
-            await self._calibrate(body, self.prompt_margin)
-        booking = self.booking
-        held = booking.reserve(body, 1)
-        t0 = time.perf_counter()
-        content: list[str] = []
-        reasoning: list[str] = []
-        usage: Usage | None = None
-        endpoint = ""
-        try:
-            async with contextlib.AsyncExitStack() as keep:
-                state, resp = await self.transport.post(
-                    "/chat/completions", body, open_response, keep=keep
-                )
-                endpoint = state.url
-                async for event in reply_events(state, resp):
-                    if event.usage is not None:
-                        usage = event.usage
-                    content.append(event.delta)
-                    reasoning.append(event.reasoning)
-                    yield event
-        except LLMError as exc:
-            # an error status before any event: the server generated nothing; a stream that
-            # broke, timed out or was cut: what it may have cost, as a bound
-            answered = isinstance(exc, LLMHTTPError) and not (content or reasoning)
-            bound = None if answered else booking.streamed_bound(body, content, reasoning)
-            booking.failed(
-                held, role, exc, time.perf_counter() - t0, exc.endpoint or "", task, bound
-            )
-            if endpoint:  # broke mid-stream (failures before the first byte are traced already)
-                self._trace_failure(body, exc)
-            raise
-        except BaseException:  # cancelled or closed mid-stream: sent, so paid for, as a bound
-            bound = booking.streamed_bound(body, content, reasoning)
-            booking.cut_short(held, role, bound, time.perf_counter() - t0, endpoint, task)
-            raise
-        text, thought = "".join(content), "".join(reasoning)
-        if usage is None:
-            usage = Usage(
-                count_prompt_tokens(body["messages"], self.count_tokens),
-                self.count_tokens(text + thought),
-                "estimated",
-            )
-        latency = time.perf_counter() - t0
-        booking.answered(held, role, usage, latency, endpoint, task=task)
-        self._trace_reply(body, endpoint, latency, [text], [thought or None], usage)
-        yield StreamEvent(done=True, usage=usage)
 
     async def models(self) -> list[str]:
         """The model ids the (first healthy) endpoint serves, from ``GET /models``."""
         data = await self.transport.get("/models", read_json)
         return [str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
 
-    # -- n > 1 -----------------------------------------------------------------------------
-    async def _chat_n(self, body: dict[str, Any], n: int, held: Reservation) -> ChatResult:
-        if n == 1:
-            return await self._request(body)
-        state = self.pool.pick()
-        if state.supports_n is False:
-            return await self._fan_out(body, n, 0, held, reserved=1)
-        try:
-            first = await self._request({**body, "n": n}, state)
-        except LLMBadRequestError as exc:
-            if not exc.concerns("n"):
-                raise  # the request itself is at fault (context too long, bad field, ...)
-            state.supports_n = False  # rejected n > 1 by name: fall back to single requests
-            return await self._fan_out(body, n, 0, held, reserved=1)
-        if len(first.choices) >= n:
-            state.supports_n = True
-            return first
-        state.supports_n = False  # ignored n: fetch the missing choices one by one
-        rest = await self._fan_out(body, n - len(first.choices), len(first.choices), held)
-        return merge_results([first, rest]) if rest.choices else first
-
-    async def _fan_out(
-        self,
-        body: dict[str, Any],
-        count: int,
-        offset: int,
-        held: Reservation,
-        reserved: int = 0,
-    ) -> ChatResult:
-        """``count`` single requests, ``reserved`` of which the grant holds prompts for; on a
-        cap, the others' prompts are reserved first, and the requests that do not fit are
-        not sent (the call returns fewer choices)."""
-        if count > reserved:
-            count = reserved + self.booking.add_requests(held, count - reserved)
-        base = body.get("seed")
-        seeds = [
-            (base + offset + i) if isinstance(base, int) else random.randrange(2**31)
-            for i in range(count)
-        ]
-        if not seeds:
-            return ChatResult(
-                choices=(), usage=Usage(0, 0), latency_s=0.0, endpoint="", model=body["model"],
-                requests=0,
-            )  # fmt: skip
-        parts = await gather_or_cancel([self._request({**body, "seed": s}) for s in seeds])
-        return merge_results(parts)
-
     # -- one request -----------------------------------------------------------------------
-    async def _request(
-        self, body: dict[str, Any], first: EndpointState | None = None
-    ) -> ChatResult:
+    async def request(self, body: dict[str, Any], first: EndpointState | None = None) -> ChatResult:
         pooled = self.samples.get(body) if self.samples is not None else None
         if pooled is not None:  # answered before: the same reply, at the usage reported then
             choices = parse_choices(pooled.raw, pooled.endpoint)
@@ -573,28 +426,17 @@ class LLMClient:
             )
 
         result = await self.transport.post("/chat/completions", body, read, state=first)
-        self._trace_reply(
-            body,
-            result.endpoint,
-            result.latency_s,
-            list(result.texts),
-            [c.reasoning for c in result.choices],
-            result.usage,
-        )
+        reasoning = [c.reasoning for c in result.choices]
+        self.traced(
+            reply_record(body, result.endpoint, result.latency_s, list(result.texts), reasoning,
+                         result.usage)
+        )  # fmt: skip
         return result
 
-    def _trace_reply(
-        self,
-        body: dict[str, Any],
-        endpoint: str,
-        latency_s: float,
-        texts: list[str],
-        reasoning: list[str | None],
-        usage: Usage,
-    ) -> None:
+    def traced(self, record: dict[str, Any]) -> None:
+        """Write one record to the trace, if there is one."""
         if self.trace is not None:
-            self.trace(reply_record(body, endpoint, latency_s, texts, reasoning, usage))
+            self.trace(record)
 
-    def _trace_failure(self, body: dict[str, Any], error: LLMError) -> None:
-        if self.trace is not None:
-            self.trace(failure_record(body, error))
+    def trace_failure(self, body: dict[str, Any], error: LLMError) -> None:
+        self.traced(failure_record(body, error))

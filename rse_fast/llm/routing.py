@@ -138,3 +138,11 @@ class EndpointPool:
         if state.consecutive_failures >= self.failure_threshold:
             state.cooldown_until = time.monotonic() + self.cooldown_s
             state.consecutive_failures = 0
+
+
+def as_endpoints(
+    endpoints: str | Endpoint | Sequence[str | Endpoint], api_key: str | None, limit: int
+) -> list[Endpoint]:
+    """Endpoints from URLs (each with ``api_key`` and ``limit`` calls at once) or as given."""
+    items = [endpoints] if isinstance(endpoints, (str, Endpoint)) else list(endpoints)
+    return [e if isinstance(e, Endpoint) else Endpoint(e, api_key, limit) for e in items]
