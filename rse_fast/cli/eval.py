@@ -99,6 +99,21 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         default=0.7,
         help="sampling temperature of the two independent grader readings",
     )
+    p.add_argument(
+        "--grader-parallel",
+        type=int_in(1, 1024),
+        default=8,
+        help="grader readings in flight; give the grader server's slot count so each reading "
+        "keeps its slot and its prompt cache",
+    )
+    p.add_argument(
+        "--grader-reads",
+        choices=("criterion", "rubric"),
+        default="criterion",
+        help="criterion: one grader call per rubric criterion (the benchmarks' way); rubric: "
+        "the whole rubric in one call (the prompt is read once; the run then reports its "
+        "agreement with criterion-by-criterion readings on one sample a problem)",
+    )
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -198,6 +213,8 @@ async def check_grader_once(grader: Any, out: Any) -> None:
     if path.exists():
         return
     seen = await grader_agreement(grader, readings=2)
+    if grader.reads != "criterion":  # beside it, the benchmarks' way on the same endpoint
+        seen["per_criterion"] = await grader_agreement(grader.reading_as("criterion"), readings=2)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(seen, indent=1) + "\n")  # shards may share the folder
 
@@ -256,7 +273,12 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                         api_key=args.grader_api_key or key,
                     )
                 )
-            grader = RubricGrader(grader_client, temperature=args.grader_temperature)
+            grader = RubricGrader(
+                grader_client,
+                temperature=args.grader_temperature,
+                reads=args.grader_reads,
+                parallel=args.grader_parallel,
+            )
         encoder = Encoder()
         common = dict(
             parallel=args.parallel,

@@ -83,3 +83,33 @@ async def grader_agreement(
         "on_not_met": share_where(False),
         "per_item": per_item,
     }
+
+
+def reads_agreement(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How often a whole-rubric reading gave the verdict the criterion-by-criterion reading of
+    the same text and seed gave (the runner's ``reads_check``, one μ sample a problem):
+    ``agreement`` over verdicts both gave, ``ci95`` over responses, and each reading's share
+    of "met" (a reading that drifts towards "met" shows here). None when the run has none."""
+    checks = [r["reads_check"] for r in records if r.get("reads_check")]
+    per_response: list[float] = []
+    pairs: list[tuple[bool, bool]] = []
+    garbage = 0
+    for check in checks:
+        both = [(a, b) for a, b in zip(check["rubric"], check["criterion"], strict=True)
+                if a is not None and b is not None]  # fmt: skip
+        garbage += len(check["rubric"]) - len(both)
+        if both:
+            per_response.append(sum(a == b for a, b in both) / len(both))
+            pairs += both
+    if not pairs:
+        return None
+    lo, hi = bootstrap_mean_ci(per_response)
+    return {
+        "responses": len(checks),
+        "verdicts": len(pairs),
+        "agreement": sum(a == b for a, b in pairs) / len(pairs),
+        "ci95": [lo, hi],
+        "met_share_rubric": sum(a for a, _ in pairs) / len(pairs),
+        "met_share_criterion": sum(b for _, b in pairs) / len(pairs),
+        "without_verdict": garbage,
+    }

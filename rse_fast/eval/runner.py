@@ -21,7 +21,7 @@ from typing import Any
 
 from rse_fast.encoder import Encoder
 from rse_fast.eval.datasets import Dataset
-from rse_fast.eval.grading import RubricGrader
+from rse_fast.eval.grading import RubricGrader, reading_seed
 from rse_fast.eval.metrics import mean_pairwise_cosine_distance, spearman
 from rse_fast.eval.records import (
     Shard,
@@ -68,12 +68,15 @@ async def _qualities(
     if plan.grader is None:
         raise ValueError(f"{ds.name} is open-ended: the plan needs a rubric grader")
     grader = plan.grader
-    readings = await gather_or_cancel(
-        grader.grade_both(problem, t, seed=2 * k + r) for r in (0, 1) for k, t in enumerate(texts)
-    )
-    n = len(texts)
-    first, second = [x[0] for x in readings[:n]], [x[0] for x in readings[n:]]
-    raw = _truth([x[1] for x in readings[:n]], [x[1] for x in readings[n:]])
+
+    async def both(text: str) -> tuple[tuple[float, float], tuple[float, float]]:
+        # the second reading right after the first: its prompts are still in the cache
+        first = await grader.grade_both(problem, text, seed=reading_seed(text, 0))
+        return first, await grader.grade_both(problem, text, seed=reading_seed(text, 1))
+
+    readings = await gather_or_cancel(both(t) for t in texts)
+    first, second = [a[0] for a, _ in readings], [b[0] for _, b in readings]
+    raw = _truth([a[1] for a, _ in readings], [b[1] for _, b in readings])
     return first, second, raw
 
 
@@ -173,7 +176,7 @@ async def single_record(
         texts.append(res.text)
     client.speed.learn(c.ledger.records)  # a budget in seconds reads the server's speed
     q1, q2, _ = await _qualities(ds, problem, texts, plan)
-    return {
+    record: dict[str, Any] = {
         "problem": problem.id,
         "method": SINGLE,
         "budget": 0,
@@ -184,6 +187,19 @@ async def single_record(
         "grader": _grader_name(ds, plan),
         "load_1m": load_1m(),
     }
+    if plan.grader is not None and plan.grader.reads == "rubric" and texts:
+        record["reads_check"] = await reads_check(plan.grader, problem, texts[0])
+    return record
+
+
+async def reads_check(grader: RubricGrader, problem: Problem, text: str) -> dict[str, Any]:
+    """A grader reading whole rubrics, beside the same reading made criterion by criterion
+    (same text, same seed, same endpoint): the run's own sample of how far the cheaper
+    reading agrees with the benchmarks' way (one μ sample a problem)."""
+    seed = reading_seed(text, 0)
+    whole = await grader.verdicts(problem, text, seed)
+    apart = await grader.reading_as("criterion").verdicts(problem, text, seed)
+    return {"rubric": whole, "criterion": apart}
 
 
 async def run_eval(

@@ -15,7 +15,7 @@ from typing import Any
 
 from rse_fast.eval.figures import report_page, write_figures
 from rse_fast.eval.findings import findings, findings_table
-from rse_fast.eval.grader_check import GRADER_CHECK_FILE
+from rse_fast.eval.grader_check import GRADER_CHECK_FILE, reads_agreement
 from rse_fast.eval.metrics import (
     bootstrap_mean_ci,
     capture,
@@ -354,6 +354,7 @@ def write_report(
     summary = summarize(records, noisy, cost)
     summary["findings"] = findings(summary)
     summary["grader_check"] = grader_check_beside(places)
+    summary["reads_check"] = reads_agreement(records.rows)
     table = markdown_table(summary)
     out.mkdir(parents=True, exist_ok=True)
     found = findings_table(summary["findings"])

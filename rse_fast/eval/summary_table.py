@@ -175,6 +175,21 @@ def _run_notes(summary: dict[str, Any]) -> list[str]:
             f"{_ci(check['ci95'])}, {check['on_met']:.0%} where the criterion is met and "
             f"{check['on_not_met']:.0%} where it is not; {check['garbage']} without a verdict."
         )
+    twin = (check or {}).get("per_criterion")
+    if twin and twin.get("agreement") is not None:
+        notes.append(
+            f"The same grader reading criterion by criterion on those criteria: agreement "
+            f"{twin['agreement']:.0%}{_ci(twin['ci95'])}, {twin['on_met']:.0%} where met and "
+            f"{twin['on_not_met']:.0%} where not."
+        )
+    reads = summary.get("reads_check")
+    if reads:
+        notes.append(
+            f"Whole-rubric readings against criterion-by-criterion readings of the same "
+            f"{reads['responses']} responses ({reads['verdicts']} verdicts): agreement "
+            f"{reads['agreement']:.0%}{_ci(reads['ci95'])}; met {reads['met_share_rubric']:.0%} "
+            f"vs {reads['met_share_criterion']:.0%}; {reads['without_verdict']} without one."
+        )
     if summary.get("unreadable"):
         notes.append(f"Unreadable result lines (not counted): {', '.join(summary['unreadable'])}")
     checked = [r for r in rows if r.get("checks")]

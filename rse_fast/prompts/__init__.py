@@ -35,9 +35,12 @@ from rse_fast.prompts.judge import (
     JUDGE_SCHEMA,
     JUDGE_SYSTEM,
     MET_SCHEMA,
+    RUBRIC_GRADER_SYSTEM,
     criterion_met_messages,
     criterion_scale_messages,
     judge_messages,
+    rubric_met_messages,
+    rubric_met_schema,
 )
 from rse_fast.prompts.refine import critique_messages, fusion_messages, revise_messages
 from rse_fast.prompts.rse import (
@@ -70,6 +73,7 @@ __all__ = [
     "JUDGE_SCHEMA",
     "JUDGE_SYSTEM",
     "MET_SCHEMA",
+    "RUBRIC_GRADER_SYSTEM",
     "ORIGIN_RELATED",
     "ORIGIN_SAME",
     "PITFALLS_HEADER",
@@ -96,6 +100,8 @@ __all__ = [
     "render_pitfall",
     "render_proposition",
     "revise_messages",
+    "rubric_met_messages",
+    "rubric_met_schema",
     "so_far",
     "solve_messages",
     "system_for",

@@ -88,6 +88,49 @@ def criterion_met_messages(conversation: str, response: str, criterion: str) -> 
     return [{"role": "system", "content": GRADER_SYSTEM}, {"role": "user", "content": user}]
 
 
+RUBRIC_GRADER_SYSTEM = (
+    "You grade a response against a numbered list of criteria written by experts. Judge each "
+    "criterion on its own, literally as written, and reply with JSON only."
+)
+
+
+def rubric_met_schema(count: int) -> dict[str, Any]:
+    """``{"met": [bool × count]}``: one verdict per criterion, in the rubric's order."""
+    verdicts = {"type": "array", "items": {"type": "boolean"}, "minItems": count,
+                "maxItems": count}  # fmt: skip
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "rubric",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "properties": {"met": verdicts},
+                "required": ["met"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def rubric_met_messages(
+    conversation: str, response: str, criteria: list[str]
+) -> list[Message]:
+    """Every met / not-met criterion of a rubric in one call: the prompt (conversation and
+    response) is read once instead of once per criterion."""
+    listed = "\n".join(f"{k}. {text.strip()}" for k, text in enumerate(criteria, 1))
+    user = (
+        f"Conversation:\n{conversation.strip()}\n\nFinal response to grade:\n"
+        f"{response.strip()}\n\nCriteria:\n{listed}\n\n"
+        "For each criterion, in order, does the response do what it describes? Some criteria "
+        "describe mistakes or harmful behaviour: answer true when the response shows that "
+        "behaviour. A criterion listing several things is met only when all of them hold. "
+        f'Reply with JSON only: {{"met": [...]}} holding exactly {len(criteria)} '
+        "true/false values, the first for criterion 1."
+    )
+    return [{"role": "system", "content": RUBRIC_GRADER_SYSTEM}, {"role": "user", "content": user}]
+
+
 def criterion_scale_messages(
     task: str, response: str, criterion: str, levels: dict[str, str]
 ) -> list[Message]:
