@@ -35,7 +35,6 @@ from rse_fast.prompts import (
     rubric_met_messages,
     rubric_met_schema,
 )
-from rse_fast.util.tasks import gather_or_cancel
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -113,9 +113,7 @@ def rubric_met_schema(count: int) -> dict[str, Any]:
     }
 
 
-def rubric_met_messages(
-    conversation: str, response: str, criteria: list[str]
-) -> list[Message]:
+def rubric_met_messages(conversation: str, response: str, criteria: list[str]) -> list[Message]:
     """Every met / not-met criterion of a rubric in one call: the prompt (conversation and
     response) is read once instead of once per criterion."""
     listed = "\n".join(f"{k}. {text.strip()}" for k, text in enumerate(criteria, 1))
