@@ -11,6 +11,7 @@ the oracle for the grader's noise.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -210,8 +211,9 @@ async def run_eval(
     encoder: Encoder | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run what is missing from this plan's results file; returns its path."""
-    say = progress or (lambda _line: None)
+    """Run what is missing from this plan's results file; returns its path. Each problem's
+    calls carry seeds of its own (``problem_seed_offset``)."""
+    base, say = client, progress or (lambda _line: None)
     plan.out.mkdir(parents=True, exist_ok=True)
     path = plan.results_path
     cut = repair_torn_tail(path)
@@ -242,6 +244,7 @@ async def run_eval(
 
     with open(path, "a", encoding="utf-8") as fh:
         for problem in problems:
+            client = base.with_options(seed_offset=problem_seed_offset(problem.id))
             if plan.single_samples > 0 and (problem.id, SINGLE, 0) not in done:
                 rec = await single_record(ds, problem, plan, client, plan.methods[0])
                 append_record(fh, rec)
@@ -263,6 +266,15 @@ async def run_eval(
                         f"final {rec['final_quality']:.2f}"
                     )
     return path
+
+
+def problem_seed_offset(problem_id: str) -> int:
+    """A problem's seed offset, from its id: methods number their calls' seeds from the same
+    base on every problem, and without it sample i of every problem would be drawn from one
+    random stream (on the 0.5B, sample 2 of 40 arithmetic problems was right 10% of the time
+    against ~35% for the others, and the judge preferred it)."""
+    digest = hashlib.sha256(problem_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:3], "big") * 64
 
 
 def _mean(xs: list[float]) -> float:

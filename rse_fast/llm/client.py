@@ -118,6 +118,9 @@ class LLMClient:
         #: replies shared by request body across the methods of an evaluation (None: every
         #: call goes to the server)
         self.samples: SamplePool | None = None
+        #: added to every seed sent (an evaluation gives each problem its own, so sample i
+        #: of two problems is not drawn from one random stream)
+        self.seed_offset = 0
 
     @property
     def pool(self) -> EndpointPool:
@@ -146,6 +149,7 @@ class LLMClient:
         cap: BudgetCap | _Keep | None = KEEP,
         model: str | None = None,
         samples: SamplePool | _Keep | None = KEEP,
+        seed_offset: int | None = None,
     ) -> LLMClient:
         """A view of this client (same endpoints, routing state, connections and prompt
         margin) that records into ``ledger``, draws on ``cap`` (``None``: uncapped) and asks
@@ -159,6 +163,8 @@ class LLMClient:
             view.cap = cap
         if not isinstance(samples, _Keep):
             view.samples = samples
+        if seed_offset is not None:
+            view.seed_offset = seed_offset
         return view
 
     def with_ledger(self, ledger: Ledger) -> LLMClient:
@@ -169,7 +175,7 @@ class LLMClient:
         """A view of this client that books into ``run``'s ledger and draws on ``run``'s cap:
         how a helper on another client (an external judge) stays inside a run's budget. Its
         calls keep this client's own ``price`` (a judge on another model is billed at its)."""
-        return self.with_options(ledger=run.ledger, cap=run.cap)
+        return self.with_options(ledger=run.ledger, cap=run.cap, seed_offset=run.seed_offset)
 
     @property
     def booking(self) -> CallBooking:
@@ -199,6 +205,8 @@ class LLMClient:
             "messages": list(messages),
         }
         body.update({k: v for k, v in params.items() if v is not None})
+        if self.seed_offset and body.get("seed") is not None:
+            body["seed"] = (body["seed"] + self.seed_offset) % 2**31
         body.update(extra)
         return body
 

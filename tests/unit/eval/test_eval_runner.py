@@ -14,7 +14,7 @@ from rse_fast.cli import main
 from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.grading import RubricGrader
 from rse_fast.eval.records import Shard, read_records, repair_torn_tail
-from rse_fast.eval.runner import SINGLE, EvalPlan, run_eval
+from rse_fast.eval.runner import SINGLE, EvalPlan, problem_seed_offset, run_eval
 from rse_fast.eval.summary import load_records, write_report
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods import make_method
@@ -56,8 +56,15 @@ async def test_runner_resumes_and_reports(tmp_path):
     singles = [r for r in recs if r["method"] == SINGLE]
     assert len(recs) == 2 * 2 * 2 + 2 and len(singles) == 2
     assert all(len(r["qualities"]) == 4 for r in singles)
-    singles_seeds = {b["seed"] for b in srv.requests if b.get("seed", 0) >= 9_000_000}
-    assert len(singles_seeds) == 4  # independent of every method's seeds
+    # each problem's calls carry its own seeds: the same numbering, moved by its offset
+    offsets = [problem_seed_offset(p.id) for p in ds.problems]
+    assert offsets[0] != offsets[1]
+    seeds = [b["seed"] for b in srv.requests if "seed" in b]
+    singles = {9_000_000 + j + off for off in offsets for j in range(4)}
+    assert singles <= set(seeds) and len(singles) == 8
+    for off in offsets:  # sample i of each problem, from a stream of its own
+        assert {off + i for i in range(4)} <= set(seeds)
+    assert sum(s in singles for s in seeds) == 8  # no method drew a single sample's seed
     for r in recs:
         if r["method"] != SINGLE:
             assert abs(r["budget_error"]) <= 0.15
