@@ -254,12 +254,14 @@ async def run_eval(
                 if not todo:
                     continue
                 runs = await _run_method(method, problem, todo, client)
-                for budget, (res, seconds) in zip(todo, runs, strict=True):
+                for budget, (res, seconds, pooled) in zip(todo, runs, strict=True):
                     rec = await record_for(
                         ds, problem, res, plan, encoder, verifier_of(method), budget
                     )
                     # model time of its own: a pool cut to a smaller budget took none (0.0)
                     rec.update(wall_s=seconds, cut_from_larger=seconds == 0.0)
+                    if pooled is not None:  # what the shared pool answered this run
+                        rec["sample_pool"] = pooled
                     append_record(fh, rec)
                     tick(
                         f"{problem.id} {method.name} @{budget:g}: {rec['tokens']} tokens, "
@@ -301,18 +303,28 @@ def verifier_of(method: Method) -> str | None:
 
 async def _run_method(
     method: Method, problem: Problem, budgets: list[float], client: LLMClient
-) -> list[tuple[MethodResult, float]]:
+) -> list[tuple[MethodResult, float, dict[str, float] | None]]:
     """One result per budget (in the method's unit), in order, with the wall seconds its run
-    took: a family that can is run once at the largest and cut to the others (0.0 s)."""
+    took and what the sample pool answered for it: a family that can is run once at the
+    largest and cut to the others (0.0 s, nothing pooled)."""
     if method.subsamples:
         top = max(budgets)
-        full, seconds = await _timed(method.run(problem, top, client))
-        return [(full, seconds) if b == top else (method.subsample(full, b), 0.0)
+        full = await _timed(method.run(problem, top, client), client)
+        nothing = None if full[2] is None else dict.fromkeys(full[2], 0.0)
+        return [full if b == top else (method.subsample(full[0], b), 0.0, nothing)
                 for b in budgets]  # fmt: skip
-    return [await _timed(method.run(problem, b, client)) for b in budgets]
+    return [await _timed(method.run(problem, b, client), client) for b in budgets]
 
 
-async def _timed(run: Awaitable[MethodResult]) -> tuple[MethodResult, float]:
+async def _timed(
+    run: Awaitable[MethodResult], client: LLMClient
+) -> tuple[MethodResult, float, dict[str, float] | None]:
+    pool = client.samples
+    before = pool.tally() if pool is not None else None
     t0 = time.perf_counter()
     result = await run
-    return result, time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if pool is None or before is None:
+        return result, seconds, None
+    now = pool.tally()
+    return result, seconds, {k: now[k] - before[k] for k in now}

@@ -46,6 +46,9 @@ class SamplePool:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        #: what the answered calls had cost the server when they were first made
+        self.saved_completion_tokens = 0
+        self.saved_server_s = 0.0
         if self.path is not None and self.path.exists():
             self._load(self.path)
 
@@ -63,6 +66,15 @@ class SamplePool:
                     continue  # a torn last line: the run that wrote it was cut mid-write
                 raise ValueError(f"{path}:{n}: not a pooled reply") from None
 
+    def generated(self) -> tuple[int, float]:
+        """Completion tokens and server seconds of the replies held: what generating them
+        once cost."""
+        with self._lock:
+            replies = list(self._replies.values())
+        tokens = sum(int((r.raw.get("usage") or {}).get("completion_tokens") or 0)
+                     for r in replies)  # fmt: skip
+        return tokens, sum(r.latency_s for r in replies)
+
     def __len__(self) -> int:
         return len(self._replies)
 
@@ -73,7 +85,16 @@ class SamplePool:
                 self.misses += 1
             else:
                 self.hits += 1
+                usage = found.raw.get("usage") or {}
+                self.saved_completion_tokens += int(usage.get("completion_tokens") or 0)
+                self.saved_server_s += found.latency_s
             return found
+
+    def tally(self) -> dict[str, float]:
+        """The counters as they stand (a run takes two and subtracts: what one record saved)."""
+        return {"hits": self.hits, "misses": self.misses,
+                "saved_completion_tokens": self.saved_completion_tokens,
+                "saved_server_s": self.saved_server_s}  # fmt: skip
 
     def put(self, body: dict[str, Any], reply: PooledReply) -> None:
         key = body_key(body)
