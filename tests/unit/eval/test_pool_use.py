@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from rse_fast.eval.datasets import load_dataset
 from rse_fast.eval.pool_use import describe, pool_use
 from rse_fast.eval.runner import EvalPlan, run_eval
 from rse_fast.eval.summary import load_records
@@ -16,7 +17,13 @@ from rse_fast.methods import make_method
 from rse_fast.testing import ScriptedServer
 
 from fakes.scripted_tts import reply
-from test_eval_runner import arithmetic
+
+
+def arithmetic(tmp_path):
+    data = tmp_path / "mine.jsonl"
+    rows = [{"id": f"q{i}", "problem": "What is 6 times 7?", "answer": "42"} for i in range(2)]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    return load_dataset(f"jsonl:{data}")
 
 
 def reply_with(tokens: int) -> PooledReply:
