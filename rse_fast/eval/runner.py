@@ -36,6 +36,7 @@ from rse_fast.llm.cost import spend_summary
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import Method, MethodResult, Problem
 from rse_fast.util.tasks import gather_or_cancel
+from rse_fast.util.version import code_version
 
 SINGLE = "single"  # the method name of the μ record
 
@@ -147,6 +148,7 @@ async def record_for(
         "diversity": diversity,
         "meta": {k: v for k, v in result.meta.items() if k != "scorer"},
         "load_1m": load_1m(),
+        "code": code_version(),
     }
 
 
@@ -187,6 +189,7 @@ async def single_record(
         "grade_garbage": sum(1 for x in q1 + q2 if x != x),
         "grader": _grader_name(ds, plan),
         "load_1m": load_1m(),
+        "code": code_version(),
     }
     if plan.grader is not None and plan.grader.reads == "rubric" and texts:
         record["reads_check"] = await reads_check(plan.grader, problem, texts[0])

@@ -15,6 +15,7 @@ from rse_fast.llm import LLMClient
 from rse_fast.llm.sample_pool import PooledReply, SamplePool
 from rse_fast.methods import make_method
 from rse_fast.testing import ScriptedServer
+from rse_fast.util.version import code_version
 
 from fakes.scripted_tts import reply
 
@@ -68,3 +69,4 @@ async def test_a_run_counts_what_its_pool_answered(tmp_path):
     assert use is not None and 0 < use["saved_share"] <= use["saved_share_at_most"]
     assert sum(r["sample_pool"]["hits"] for r in records if "sample_pool" in r) == pool.hits
     assert json.dumps(use)  # plain JSON for the summary
+    assert all(r["code"] == code_version() for r in records)  # each names its code
