@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import read_result, write_result
+from rse_fast.eval.pool_use import describe as describe_pool
+from rse_fast.eval.pool_use import pool_use
 from rse_fast.eval.records import read_records, results_files
 from rse_fast.eval.summary import write_report
 
@@ -63,6 +65,16 @@ PARTS: dict[str, dict[str, Any]] = {
         "parallel": 4,
         "single_samples": 4,
         "title": "reasoning-gym arithmetic (3 terms), 40 problems, qwen2.5-coder-0.5b",
+        "marked": (
+            "Run before each problem's calls got seeds of their own (records without a "
+            "'code' field; fixed in rse_fast.eval.runner.problem_seed_offset): every family "
+            "numbered its seeds from the same base on every problem, so sample i of the 40 "
+            "problems came from one random stream. Sample 2 was right on 10% of the problems "
+            "against 25-47% for each other sample of the first eight, and the 0.5B judge rated it highest (8.95 of 10 "
+            "on average against 8.2-8.5), which is best-of-N's 7-10%. The rows are paired "
+            "and their intervals are over problems that are not independent draws: read them "
+            "as this run's, not as the study's, until the part is run again (~4 h here)."
+        ),
     },
     "healthbench": {
         "result": "eval_local_healthbench",
@@ -142,6 +154,7 @@ def summarize(name: str) -> dict[str, Any] | None:
     if not any(out.glob("results*.jsonl")):
         return None
     report = write_report(out, out, part["title"])
+    rows = read_records(results_files([out])).rows
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in part.items()}
     summary = {
         "settings": settings,
@@ -154,16 +167,59 @@ def summarize(name: str) -> dict[str, Any] | None:
         "figures": {k: f"results/{out.name}/{Path(v).name}" for k, v in report["figures"].items()},
         "grader_check": report["grader_check"],
         "reads_check": report["reads_check"],
+        "sample_pool": pool_use(rows, out / "sample_pool.jsonl"),
+        "marked": part.get("marked"),
+        "code": sorted({str(r.get("code")) for r in rows}),
+        # the READMEs' inline values: final quality by "method_budget"
+        "final_by_cell": {f"{r['method']}_{r['budget']:g}": r["final"] for r in report["rows"]},
         "unreadable": report["unreadable"],
     }
     write_result(part["result"], summary)
     return summary
 
 
+def _pct(x: float | None) -> str:
+    return "–" if x is None or x != x else f"{x:.0%}"
+
+
+def rows_table(summary: dict[str, Any]) -> str:
+    """Every family at every budget: spend, final quality with its 95% interval, the pool's
+    best (Q*), single samples (μ) and the share of the headroom captured; then, per budget,
+    each family against sc (or the first family) at matched spend."""
+    out = ["| family | budget | tokens spent | final Q [95% CI] | Q* | μ | capture h |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in summary["rows"]:
+        ci = r.get("final_ci95") or [None, None]
+        out.append(
+            f"| {r['method']} | {r['budget']:,.0f} | {r['tokens']:,.0f} | {_pct(r['final'])} "
+            f"[{_pct(ci[0])}, {_pct(ci[1])}] | {_pct(r['oracle'])} | {_pct(r['single'])} | "
+            f"{_pct(r.get('capture'))} |"
+        )
+    pairs = summary.get("paired") or []
+    anchor = "sc" if any(p["a"] == "sc" or p["b"] == "sc" for p in pairs) else None
+    matched = [p for p in pairs if "tokens_a" in p]  # the pairs at matched actual spend
+    shown = [p for p in matched if anchor in (p["a"], p["b"])] if anchor else matched
+    if shown:
+        out += ["", "| budgets | pair (matched spend) | tokens | Q difference [95% CI] |",
+                "|---|---|---|---|"]  # fmt: skip
+        for p in shown:
+            lo, hi = p["ci95"] or (None, None)
+            out.append(
+                f"| {p['budget']:,.0f} / {p['budget_b']:,.0f} | {p['a']} − {p['b']} | {p['tokens_a']:,.0f} / "
+                f"{p['tokens_b']:,.0f} | {100 * p['diff']:+.1f} pts [{100 * (lo or 0):+.1f}, "
+                f"{100 * (hi or 0):+.1f}] |"
+            )
+    return "\n".join(out)
+
+
 def table(summary: dict[str, Any]) -> str:
     """bench/README's side-by-side table: one row per finding of the study, what our run
     says and the verdict by the rule fixed before any run (``rse_fast.eval.findings``)."""
-    lines = ["| finding | the paper | ours | verdict |", "|---|---|---|---|"]
+    lines = []
+    if summary.get("marked"):
+        lines += [f"**Marked:** {summary['marked']}", ""]
+    lines += rows_table(summary), ""
+    lines += ["| finding | the paper | ours | verdict |", "|---|---|---|---|"]
     for f in summary["findings"]:
         lines.append(f"| {f['claim']} | {f['paper']} | {f['ours']} | {f['verdict']} |")
     check = summary.get("grader_check")
@@ -176,6 +232,8 @@ def table(summary: dict[str, Any]) -> str:
             f"{check['on_met']:.0%}, where not {check['on_not_met']:.0%}; {check['garbage']} "
             "readings without a verdict."
         )
+    if summary.get("sample_pool"):
+        lines += ["", describe_pool(summary["sample_pool"])]
     return "\n".join(lines)
 
 
