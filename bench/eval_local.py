@@ -70,10 +70,11 @@ PARTS: dict[str, dict[str, Any]] = {
             "'code' field; fixed in rse_fast.eval.runner.problem_seed_offset): every family "
             "numbered its seeds from the same base on every problem, so sample i of the 40 "
             "problems came from one random stream. Sample 2 was right on 10% of the problems "
-            "against 25-47% for each other sample of the first eight, and the 0.5B judge rated it highest (8.95 of 10 "
-            "on average against 8.2-8.5), which is best-of-N's 7-10%. The rows are paired "
-            "and their intervals are over problems that are not independent draws: read them "
-            "as this run's, not as the study's, until the part is run again (~4 h here)."
+            "against 25-47% for each other sample of the first eight, and the 0.5B judge "
+            "rated it highest (8.95 of 10 on average against 8.2-8.5), which is best-of-N's "
+            "7-10%. The rows are paired and their intervals are over problems that are not "
+            "independent draws: read them as this run's, not as the study's, until the part "
+            "is run again (~4 h here)."
         ),
     },
     "healthbench": {
@@ -205,9 +206,9 @@ def rows_table(summary: dict[str, Any]) -> str:
         for p in shown:
             lo, hi = p["ci95"] or (None, None)
             out.append(
-                f"| {p['budget']:,.0f} / {p['budget_b']:,.0f} | {p['a']} − {p['b']} | {p['tokens_a']:,.0f} / "
-                f"{p['tokens_b']:,.0f} | {100 * p['diff']:+.1f} pts [{100 * (lo or 0):+.1f}, "
-                f"{100 * (hi or 0):+.1f}] |"
+                f"| {p['budget']:,.0f} / {p['budget_b']:,.0f} | {p['a']} − {p['b']} | "
+                f"{p['tokens_a']:,.0f} / {p['tokens_b']:,.0f} | {100 * p['diff']:+.1f} pts "
+                f"[{100 * (lo or 0):+.1f}, {100 * (hi or 0):+.1f}] |"
             )
     return "\n".join(out)
 

@@ -248,6 +248,7 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from rse_fast.llm.client import LLMClient
     from rse_fast.llm.sample_pool import SamplePool
     from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
+    from rse_fast.methods.catalog import METHODS
 
     shard = Shard.parse(args.shard) if args.shard else None
     ds = load_dataset(args.dataset, args.limit, args.seed)
@@ -292,13 +293,14 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             stack.push_async_callback(reward.close)
         methods = []
         for name in (n.strip() for n in args.methods.split(",")):
-            family = name.split("+")[0].partition(":")[0]
+            family = METHODS.get(name.split("+")[0].partition(":")[0])
             extra: dict[str, Any] = {}
-            if family in ("bon", "beam", "particle", "refine"):
-                extra["judge"] = reward if family == "bon" and reward is not None else judge
-            if family == "rse":
+            if family is not None and family.needs_judge:  # what the family says it needs
+                use_reward = family.takes_reward_model and reward is not None
+                extra["judge"] = reward if use_reward else judge
+            if family is not None and family.needs_encoder:
                 extra["encoder"] = encoder
-            methods.append(make_method(name, **common, **extra))
+            methods.append(make_method(name, **common, **extra))  # an unknown name: its error
         out = Path(args.out or "eval-results")
         plan = EvalPlan(
             methods,

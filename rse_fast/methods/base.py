@@ -203,6 +203,11 @@ class Method(abc.ABC):
     reports_progress: ClassVar[bool] = False
     #: whether the family embeds text (the service then lends it its shared encoder)
     needs_encoder: ClassVar[bool] = False
+    #: whether the family scores candidates with a verifier (``judge=``; an evaluation lends
+    #: it the run's judge)
+    needs_judge: ClassVar[bool] = False
+    #: whether that verifier may be a scoring API (a reward model) instead of an LLM judge
+    takes_reward_model: ClassVar[bool] = False
     #: whether the family answers agentic requests (``tools`` in a request)
     takes_tools: ClassVar[bool] = False
     #: the service request fields this family reads in :meth:`request_options`

@@ -44,6 +44,8 @@ class BestOfN(Method):
     samples would rarely bring the verifier an answer it has not seen."""
 
     name = "bon"
+    needs_judge = True
+    takes_reward_model = True
     subsamples = True
     request_fields = frozenset({"stop_epsilon"})
     PRIOR_FIELDS = (*Method.PRIOR_FIELDS, "distinct_prior", "judge_ratio")

@@ -23,6 +23,7 @@ from rse_fast.prompts import critique_messages, revise_messages
 
 class Refinement(Method):
     name = "refine"
+    needs_judge = True
 
     def __init__(
         self, *, judge: Verifier | None = None, stop_score: float | None = 9.0, **kw: Any

@@ -58,6 +58,8 @@ def strip_mark(step: str) -> str:
 
 
 class Stepwise(Method):
+    needs_judge = True
+
     def __init__(
         self,
         *,

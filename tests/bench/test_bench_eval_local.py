@@ -58,6 +58,11 @@ async def test_a_part_is_summarized_with_findings_figures_and_load(tmp_path, mon
     figures = summary["figures"].values()
     assert figures and all(p.startswith("results/eval_local/") for p in figures)
     assert all((out / p.rsplit("/", 1)[1]).stat().st_size > 1000 for p in figures)
-    rows = eval_local.table(summary).splitlines()[2:]
+    text = eval_local.table(summary)
+    assert text.startswith("**Marked:**")  # the part's mark leads its block
+    families = text.split("| family |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert len(families) == len(summary["rows"]) == 2 * 3  # every family at every budget
+    assert any(r.startswith("| sc | 2,000 |") for r in families)
+    rows = text.split("| finding |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
     assert len(rows) == len(summary["findings"]) >= 5
     assert any("exploration scales" in r for r in rows)
