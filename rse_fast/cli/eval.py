@@ -236,6 +236,27 @@ def budgets(args: argparse.Namespace) -> list[float]:
     return out
 
 
+def build_methods(
+    names: str, common: dict[str, Any], judge: Any, reward: Any, encoder: Any
+) -> list[Any]:
+    """The methods of ``--methods``, each lent what its family says it needs: the run's
+    judge (or the reward model, where the family takes one) and the encoder."""
+    from rse_fast.methods import make_method
+    from rse_fast.methods.catalog import METHODS
+
+    methods = []
+    for name in (n.strip() for n in names.split(",")):
+        family = METHODS.get(name.split("+")[0].partition(":")[0])
+        extra: dict[str, Any] = {}
+        if family is not None and family.needs_judge:
+            use_reward = family.takes_reward_model and reward is not None
+            extra["judge"] = reward if use_reward else judge
+        if family is not None and family.needs_encoder:
+            extra["encoder"] = encoder
+        methods.append(make_method(name, **common, **extra))  # an unknown name: its error
+    return methods
+
+
 async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
@@ -247,8 +268,7 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from rse_fast.eval.summary import write_report
     from rse_fast.llm.client import LLMClient
     from rse_fast.llm.sample_pool import SamplePool
-    from rse_fast.methods import HTTPRewardModel, LLMJudge, make_method
-    from rse_fast.methods.catalog import METHODS
+    from rse_fast.methods import HTTPRewardModel, LLMJudge
 
     shard = Shard.parse(args.shard) if args.shard else None
     ds = load_dataset(args.dataset, args.limit, args.seed)
@@ -291,16 +311,7 @@ async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         if args.reward_url:
             reward = HTTPRewardModel(args.reward_url)
             stack.push_async_callback(reward.close)
-        methods = []
-        for name in (n.strip() for n in args.methods.split(",")):
-            family = METHODS.get(name.split("+")[0].partition(":")[0])
-            extra: dict[str, Any] = {}
-            if family is not None and family.needs_judge:  # what the family says it needs
-                use_reward = family.takes_reward_model and reward is not None
-                extra["judge"] = reward if use_reward else judge
-            if family is not None and family.needs_encoder:
-                extra["encoder"] = encoder
-            methods.append(make_method(name, **common, **extra))  # an unknown name: its error
+        methods = build_methods(args.methods, common, judge, reward, encoder)
         out = Path(args.out or "eval-results")
         plan = EvalPlan(
             methods,

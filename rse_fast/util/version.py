@@ -5,18 +5,21 @@ apart from one an older or edited tree wrote."""
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import subprocess
 from pathlib import Path
-
-import rse_fast
 
 
 @functools.cache
 def code_version() -> str:
     """``<version>`` or ``<version>+g<commit>[-dirty]``."""
-    root = Path(rse_fast.__file__).resolve().parent.parent
+    try:
+        version = importlib.metadata.version("rse-fast")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
-        return rse_fast.__version__
+        return version
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, check=True, timeout=10)  # fmt: skip
@@ -26,6 +29,6 @@ def code_version() -> str:
             capture_output=True, text=True, check=True, timeout=10,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        return rse_fast.__version__
+        return version
     mark = "-dirty" if dirty.stdout.strip() else ""
-    return f"{rse_fast.__version__}+g{head.stdout.strip()}{mark}"
+    return f"{version}+g{head.stdout.strip()}{mark}"
