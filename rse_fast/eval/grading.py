@@ -15,6 +15,7 @@ guessed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import math
@@ -134,8 +135,7 @@ class RubricGrader:
 
     def reading_as(self, reads: Reads) -> RubricGrader:
         """The same grader on the same endpoint, reading the other way (the reads check)."""
-        return RubricGrader(self.client, temperature=self.temperature, max_tokens=self.max_tokens,
-                            retries=self.retries, parallel=self.parallel, reads=reads)  # fmt: skip
+        return dataclasses.replace(self, reads=reads)  # its own memo, gate and counts
 
     async def grade(self, problem: Problem, response: str, seed: int) -> float:
         """One reading of ``response`` in [0, 1], NaN if the grader failed on a criterion."""

@@ -276,8 +276,7 @@ async def run_eval(
 def problem_seed_offset(problem_id: str) -> int:
     """A problem's seed offset, from its id: methods number their calls' seeds from the same
     base on every problem, and without it sample i of every problem would be drawn from one
-    random stream (on the 0.5B, sample 2 of 40 arithmetic problems was right 10% of the time
-    against ~35% for the others, and the judge preferred it)."""
+    random stream (what that did to a run: docs/decisions.md)."""
     digest = hashlib.sha256(problem_id.encode("utf-8")).digest()
     return int.from_bytes(digest[:3], "big") * 64
 

@@ -34,6 +34,11 @@ class PooledReply:
     latency_s: float
     endpoint: str
 
+    @property
+    def completion_tokens(self) -> int:
+        """What the server reported generating for it (0 where it reported no usage)."""
+        return int((self.raw.get("usage") or {}).get("completion_tokens") or 0)
+
 
 class SamplePool:
     """Replies by request body, kept in memory and (with ``path``) appended to a JSONL file,
@@ -71,9 +76,7 @@ class SamplePool:
         once cost."""
         with self._lock:
             replies = list(self._replies.values())
-        tokens = sum(int((r.raw.get("usage") or {}).get("completion_tokens") or 0)
-                     for r in replies)  # fmt: skip
-        return tokens, sum(r.latency_s for r in replies)
+        return sum(r.completion_tokens for r in replies), sum(r.latency_s for r in replies)
 
     def __len__(self) -> int:
         return len(self._replies)
@@ -85,8 +88,7 @@ class SamplePool:
                 self.misses += 1
             else:
                 self.hits += 1
-                usage = found.raw.get("usage") or {}
-                self.saved_completion_tokens += int(usage.get("completion_tokens") or 0)
+                self.saved_completion_tokens += found.completion_tokens
                 self.saved_server_s += found.latency_s
             return found
 
