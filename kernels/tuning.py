@@ -1,8 +1,7 @@
 """Per-CPU choice of how a batch insert tiles its GEMMs: the tile's rows and its layout.
 
-The best tile differs between CPUs (cache sizes, the BLAS kernel the CPU gets): 4,096-row
-tiles of ``rows @ batch.T`` ran 1.3-1.5x NumPy's one whole GEMM on one 2-core AMD EPYC and
-0.8x on another. So the first insert of a batch bucket on a machine measures the candidate
+The best tile differs between CPUs (cache sizes, the BLAS kernel the CPU gets; the numbers
+are in docs/decisions.md). So the first insert of a batch bucket on a machine measures the candidate
 plans on a synthetic bank (a second or two, once) and keeps the fastest, on disk per CPU
 model, thread count, dimension and bucket. Every plan makes the same decisions; only speed
 differs. ``RSE_FAST_KERNEL_TUNE=0`` skips the measurement and uses the default plan.

@@ -20,6 +20,7 @@ from rse_fast.llm.ledger import Ledger, count_prompt_tokens
 from rse_fast.llm.meter import BudgetCap
 from rse_fast.llm.types import Message
 from rse_fast.methods.priors import PriorStore
+from rse_fast.methods.request_fields import RequestField, RunCounter, RunReport
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.util.options import keyword_names, reject_unknown
 
@@ -210,26 +211,36 @@ class Method(abc.ABC):
     takes_reward_model: ClassVar[bool] = False
     #: whether the family answers agentic requests (``tools`` in a request)
     takes_tools: ClassVar[bool] = False
-    #: the service request fields this family reads in :meth:`request_options`
-    request_fields: ClassVar[frozenset[str]] = frozenset()
-    #: what the service sends when a request leaves a field out: the rule the measurements
-    #: chose (a request turns it off by sending the field as null)
-    service_defaults: ClassVar[Mapping[str, Any]] = {}
+    #: the service request fields this family reads (beyond those every family takes), each
+    #: with its kind, range and the default the measurements chose
+    request_fields: ClassVar[tuple[RequestField, ...]] = ()
+    #: named presets of the family's options, asked for as ``family:variant``
+    variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: what the family's runs add to the service's metrics (None: nothing beyond tokens)
+    run_counter: ClassVar[RunCounter | None] = None
 
     @classmethod
     def request_options(
         cls, request: Mapping[str, Any], *, encoder: Any = None, progress: Any = None
     ) -> dict[str, Any]:
-        """This family's options from a service request (its fields by name, beyond those
-        every family takes): how the service builds any family without naming one."""
-        return {}
+        """This family's options from a service request (``k`` and its declared fields by
+        name): by default each declared field is the keyword option of the same name."""
+        return {f.name: request[f.name] for f in cls.request_fields}
+
+    @classmethod
+    def warmup(cls) -> None:
+        """What a service does once before its first request so that request does not pay
+        for it: start the answer-checking workers every family's answers go through."""
+        from rse_fast.answers.checker import POOL
+
+        POOL.warm()
 
     def reply_details(self, result: MethodResult) -> dict[str, Any]:
         """What a reply's details show of a run (the service's ``rse_fast`` field)."""
         return {k: v for k, v in result.meta.items() if k != "bank_sizes"}
 
-    def bank_shown(self, result: MethodResult) -> bool | None:
-        """Whether a bank of experience reached a prompt (None: the family keeps none)."""
+    def run_report(self, result: MethodResult) -> RunReport | None:
+        """This run's entry in :attr:`run_counter` (None where the family declares none)."""
         return None
 
     async def run(self, problem: Problem, budget: float, client: LLMClient) -> MethodResult:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from rse_fast.answers import answers_equivalent, majority_vote, off_loop
@@ -14,6 +13,7 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods.base import Method, blend
 from rse_fast.methods.judge import DistinctScorer, LLMJudge, Verifier
+from rse_fast.methods.request_fields import STOP_FIELD
 from rse_fast.methods.sampling import cut_within, sample, sample_cost, task_tokens
 from rse_fast.methods.types import Candidate, MethodResult, Problem
 from rse_fast.methods.voting import (
@@ -47,7 +47,7 @@ class BestOfN(Method):
     needs_judge = True
     takes_reward_model = True
     subsamples = True
-    request_fields = frozenset({"stop_epsilon"})
+    request_fields = (STOP_FIELD,)
     PRIOR_FIELDS = (*Method.PRIOR_FIELDS, "distinct_prior", "judge_ratio")
 
     def __init__(
@@ -68,12 +68,6 @@ class BestOfN(Method):
         self.selection = selection
         self.distinct_prior: float | None = None  # judged ÷ sampled in earlier runs
         self.judge_ratio: float | None = None  # a judge call's cost ÷ its estimate, earlier runs
-
-    @classmethod
-    def request_options(
-        cls, request: Mapping[str, Any], *, encoder: Any = None, progress: Any = None
-    ) -> dict[str, Any]:
-        return {"stop_epsilon": request["stop_epsilon"]}
 
     async def _judge(self, c: LLMClient, scorer: DistinctScorer, cand: Candidate, i: int) -> None:
         before = task_tokens(c.ledger, f"c{i}")

@@ -1,6 +1,6 @@
 """Every TTS family by name, and the factory that builds one.
 
-Families are imported on first use: a service that only votes never loads RSE's kernels
+Families are imported on first use: a program that only votes never loads RSE's kernels
 (numba) or the encoder.
 """
 
@@ -123,13 +123,15 @@ def make_method(name: str, **options: Any) -> Method:
     """
     base, *modifiers = name.split("+")
     family, _, variant = base.partition(":")
-    if family not in FAMILIES or (variant and family != "rse"):
-        from rse_fast.methods.rse_method import VARIANTS
-
+    if family not in FAMILIES or (variant and not METHODS[family].variants):
+        varied = [
+            f"{f}:<variant> with a variant of {', '.join(METHODS[f].variants)}"
+            for f in FAMILIES
+            if METHODS[f].variants
+        ]
         raise ValueError(
             f"unknown method {name!r}; choose from {', '.join(FAMILIES)} "
-            f"(or rse:<variant> with a variant of {', '.join(VARIANTS)}), each optionally "
-            f"with +{', +'.join(MODIFIERS)}"
+            f"(or {'; or '.join(varied)}), each optionally with +{', +'.join(MODIFIERS)}"
         )
     implied: dict[str, Any] = {"variant": variant} if variant else {}
     for modifier in modifiers:

@@ -17,6 +17,13 @@ from rse_fast.encoder import Encoder
 from rse_fast.llm.budget import RunBudget
 from rse_fast.llm.client import LLMClient
 from rse_fast.methods.base import Method, blend
+from rse_fast.methods.request_fields import (
+    CONFIDENCE_FIELD,
+    STOP_FIELD,
+    RequestField,
+    RunCounter,
+    RunReport,
+)
 from rse_fast.methods.types import Candidate, MethodResult, Problem, no_answer
 from rse_fast.methods.voting import (
     ConfidenceRule,
@@ -41,6 +48,21 @@ CHECKERS = ("visible", *NAMED_CHECKERS)
 
 #: Ablation variants: the config's named presets (``rse.config.PRESETS``).
 VARIANTS = PRESETS
+
+
+#: RSE's runs by whether their bank reached a prompt: distillation no prompt showed bought
+#: nothing, and an operator sees how often that happens
+BANK_SHOWN = RunCounter(
+    name="rse_runs_total",
+    label="bank_shown",
+    help="RSE requests by whether a bank block reached any of their prompts.",
+    wasted_name="rse_unshown_distill_tokens_total",
+    wasted_role="distill",
+    wasted_help=(
+        "Distillation tokens of RSE requests whose bank reached no prompt (compare with "
+        'rse_fast_tokens_total{role="distill"}).'
+    ),
+)
 
 
 class RSEMethod(Method):
@@ -146,9 +168,23 @@ class RSEMethod(Method):
 
     reports_progress = True
     needs_encoder = True
-    request_fields = frozenset(
-        {"k", "rounds", "tau", "settle_margin", "stop_epsilon", "confidence"}
+    request_fields = (
+        RequestField("rounds", int, 3, lo=1, cap="max_rounds"),
+        RequestField("tau", float, 0.85, lo=-0.999, hi=1.0),
+        #: stop guiding once round 1's vote margin is this (null: never stop)
+        RequestField("settle_margin", float, 1.0, lo=0.001, hi=1.0, nullable=True),
+        STOP_FIELD,
+        CONFIDENCE_FIELD,
     )
+    run_counter = BANK_SHOWN
+    variants = VARIANTS
+
+    @classmethod
+    def warmup(cls) -> None:
+        """The answer-checking workers, and the dedup kernels compiled (or loaded)."""
+        from rse_fast.rse.engine import warmup
+
+        warmup()
 
     @classmethod
     def request_options(
@@ -177,8 +213,9 @@ class RSEMethod(Method):
             details["distillation_unaffordable"] = result.meta["distillation_unaffordable"]
         return details
 
-    def bank_shown(self, result: MethodResult) -> bool | None:
-        return bool(result.meta.get("guided_rounds"))
+    def run_report(self, result: MethodResult) -> RunReport | None:
+        """Whether a bank block reached any prompt of the run."""
+        return RunReport(BANK_SHOWN, bool(result.meta.get("guided_rounds")))
 
     def check_problem(self, problem: Problem) -> None:
         if problem.open_ended:
@@ -219,11 +256,9 @@ class RSEMethod(Method):
                 return answers_settled(answers, epsilon, weights=weights)
 
         self.encoder = self.encoder or Encoder()
-        engine = RSE(client, self.encoder, cfg, progress=self.progress, checker=checker,
-                     answer_of=problem.answer, checkpoint_dir=self.checkpoint_dir,
-                     distill_client=self.distill_client, stop_rule=stop_rule)  # fmt: skip
-        engine.keep_bank = self.keep_bank
-        return engine
+        return RSE(client, self.encoder, cfg, progress=self.progress, checker=checker,
+                   answer_of=problem.answer, checkpoint_dir=self.checkpoint_dir,
+                   distill_client=self.distill_client, stop_rule=stop_rule)  # fmt: skip
 
     async def _run(self, problem: Problem, run_budget: RunBudget) -> MethodResult:
         """The RSE loop (``rse.loop``) under this run's budget: rounds of at most ``k``
@@ -241,6 +276,7 @@ class RSEMethod(Method):
             problem.prompt, run_budget, bank, gold=problem.gold, resume=self.resume,
             budget=[self.budget_unit.label, float(asked_for)], cost_model=self.budget_unit.spec,
             stops=stops, measured=self._measured, priors=(self.rollout_prior, self.distill_prior),
+            keep_bank=self.keep_bank,
         )  # fmt: skip
         final, pool, meta = await self._final(problem, solve, cfg)
         if self.checker is not None:

@@ -4,13 +4,16 @@ stop, confidence rules and the execution filter."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from rse_fast.answers import off_loop
 from rse_fast.llm.budget import RunBudget
 from rse_fast.methods.base import Method
-from rse_fast.methods.defaults import STOP_EPSILON
+from rse_fast.methods.request_fields import (
+    CONFIDENCE_FIELD,
+    MEASURED_STOP_FIELD,
+    RequestField,
+)
 from rse_fast.methods.sampling import (
     cut_within,
     sample,
@@ -62,10 +65,12 @@ class SelfConsistency(Method):
 
     name = "sc"
     takes_tools = True
-    request_fields = frozenset({"tool_vote", "stop_epsilon", "confidence"})
-    #: the stop reaches plain sc's accuracy for less (docs/cost-and-stopping.md); sent
-    #: as null, the whole budget is spent
-    service_defaults: ClassVar[Mapping[str, Any]] = {"stop_epsilon": STOP_EPSILON}
+    #: how tool calls are voted; the measured stop on unless sent as null
+    request_fields = (
+        RequestField("tool_vote", str, "arguments", choices=("arguments", "name")),
+        MEASURED_STOP_FIELD,
+        CONFIDENCE_FIELD,
+    )
     subsamples = True
 
     def __init__(
@@ -88,12 +93,6 @@ class SelfConsistency(Method):
         self.stop_epsilon = valid_epsilon(stop_epsilon)
         self.early_stop, self.tool_vote = early_stop or stop_epsilon is not None, tool_vote
         self.confidence = ConfidenceRule() if confidence is True else confidence or None
-
-    @classmethod
-    def request_options(
-        cls, request: Mapping[str, Any], *, encoder: Any = None, progress: Any = None
-    ) -> dict[str, Any]:
-        return {name: request[name] for name in cls.request_fields}
 
     def _final(self, tools: bool, pool: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
         if tools:

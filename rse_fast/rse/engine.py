@@ -29,9 +29,9 @@ from rse_fast.rse.checkpoint import Checkpoint, problem_id
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.distiller import Distiller
 from rse_fast.rse.loop import Measured, RoundLoop, Solve, StopRule, first_state, unbounded
-from rse_fast.rse.results import Progress, RolloutRecord, RoundResult, RSEResult
+from rse_fast.rse.results import Progress, RoundResult, RSEResult
 from rse_fast.rse.round import RoundAsk, RoundRun
-from rse_fast.rse.settling import Settling, agreeing_sources
+from rse_fast.rse.settling import Memory, Settling
 from rse_fast.util.sync import run_sync
 
 
@@ -85,18 +85,13 @@ class RSE:
         self._config = config or RSEConfig()
         self.distiller = Distiller(client, self.encoder, self._config,
                                    distill_client=distill_client, checker=checker)  # fmt: skip
-        self.settling = Settling(self._config, self.bank_wanted)
+        self.settling = Settling(self._config)
         #: whether the answers so far are settled (a run's statistical stop): a round that
         #: may stop waits for its vote before it distills
         self.settling.stop_rule = stop_rule
         self.checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
         self.progress = progress
         self.bank: ExperienceBank | None = None  # the bank of the last solve, when it ends
-        self.keep_bank: bool | None = None  # this solve's bank is wanted after it (see solve)
-        #: (round, rollout) → the answer it gave and its confidence, this solve so far
-        self.sides: dict[tuple[int, int], tuple[str | None, float | None]] = {}
-        #: the (round, rollout) pairs whose answer is the weighted vote's (bank_follows_vote)
-        self.agreeing: set[tuple[int, int]] = set()
         kernels.warmup(self.encoder.dim)
 
     @property
@@ -173,8 +168,9 @@ class RSE:
             bank = ExperienceBank(self.encoder.dim, policy=cfg.dedup_policy)
         if keep_bank is None and bank_given:
             keep_bank = True  # a bank carried in from another problem is carried on
-        self.keep_bank = keep_bank  # None: the config decides (``distill_final_round``)
-        solve = await self.run_loop(problem, unbounded(self.client), bank, gold=gold, resume=resume)
+        solve = await self.run_loop(
+            problem, unbounded(self.client), bank, gold=gold, resume=resume, keep_bank=keep_bank
+        )
         self.bank = bank = solve.bank
         rounds = solve.rounds
         vote = await off_loop(
@@ -214,26 +210,30 @@ class RSE:
         stops: StopRule | None = None,
         measured: Measured | None = None,
         priors: tuple[float | None, float | None] = (None, None),
+        keep_bank: bool | None = None,
     ) -> Solve:
         """The rounds of one solve against ``spend`` (``loop.unbounded`` for none), from
         ``bank``, resumed from the checkpoint when asked; ``budget`` and ``cost_model`` are
-        what a checkpoint records to refuse a resume under another budget."""
+        what a checkpoint records to refuse a resume under another budget; ``keep_bank``:
+        the bank is wanted after the solve (None: ``distill_final_round`` decides)."""
         loop = RoundLoop(self, problem, spend, gold=gold, checkpoint=self.checkpoint,
                          stops=stops, measured=measured)  # fmt: skip
-        await self.recall([])
         state = first_state(self, problem, budget, cost_model, *priors)
-        state.block = self.render(bank, problem)
-        solve = Solve([], bank, state)
+        memory = Memory(keep_bank)
+        state.block = self.render(bank, problem, memory=memory)
+        solve = Solve([], bank, state, memory)
         if resume:
             solve = await loop.resumed(solve)
         solve.resumed_from = len(solve.rounds)
-        self.bank = solve.bank
         return await loop.run(solve)
 
     # -- one round -------------------------------------------------------------------------
-    def render(self, bank: ExperienceBank, problem: str, k: int | None = None) -> str:
+    def render(
+        self, bank: ExperienceBank, problem: str, k: int | None = None, *, memory: Memory
+    ) -> str:
         """The bank block of the next prompt; ``k``: the size of the round just distilled
-        (it sets the support an experience needs to be shown)."""
+        (it sets the support an experience needs to be shown); ``memory``: the solve's, whose
+        weighted vote a shown proposition sides with (``bank_follows_vote``)."""
         cfg = self.config
         return bank.render(
             cfg.bank_token_budget,
@@ -242,45 +242,8 @@ class RSE:
             same_problem=bank.problem_ids <= {problem_id(problem)},
             min_support=cfg.shown_support(k if k is not None else cfg.k_for_round(1)),
             guidance=cfg.guidance,
-            shown_if=self._sides_with_vote() if cfg.bank_follows_vote else None,
+            shown_if=memory.shown_if() if cfg.bank_follows_vote else None,
         )
-
-    async def recall(self, rounds: list[RoundResult]) -> None:
-        """Start from ``rounds`` already run (none: a fresh start): which answer each of
-        their rollouts gave and the answers a stop counts, so a resumed run goes on as the
-        interrupted one would have."""
-        self.sides, self.agreeing = {}, set()
-        self.settling.earlier_answers, self.settling.earlier_confidences = [], []
-        for done in rounds:
-            await self.remember(done.round, done.rollouts)
-
-    async def remember(self, r: int, records: list[RolloutRecord]) -> None:
-        """What round ``r``'s finished rollouts leave for later rounds: their sides, and
-        their answers for the stop over every round so far."""
-        await self._note_sides(r, records)
-        kept = [x for x in records if x.error is None]
-        self.settling.earlier_answers += [x.answer for x in kept]
-        self.settling.earlier_confidences += [x.confidence for x in kept]
-
-    async def _note_sides(self, r: int, records: list[RolloutRecord]) -> None:
-        """Which answer each finished rollout gave, and how sure it was; with
-        ``bank_follows_vote``, which of them side with the confidence-weighted vote over
-        every round so far (worked out off the event loop: it compares answers)."""
-        for rec in records:
-            if rec.error is None:
-                self.sides[(r, rec.index)] = (rec.answer, rec.confidence)
-        if self.config.bank_follows_vote:
-            self.agreeing = await off_loop(agreeing_sources, self.sides)
-
-    def _sides_with_vote(self) -> Callable[[str, set[tuple[int, int]]], bool]:
-        """Whether an item may be shown: a pitfall always; a proposition while a rollout it
-        came from sides with the confidence-weighted vote over every round so far."""
-        return lambda kind, sources: kind == "negative" or bool(sources & self.agreeing)
-
-    def bank_wanted(self) -> bool:
-        """Whether the bank is wanted after the run: ``keep_bank`` of this solve, else
-        ``distill_final_round``."""
-        return self.config.distill_final_round if self.keep_bank is None else self.keep_bank
 
     def rollout_messages(self, problem: str, block: str) -> list[Message]:
         """A rollout's prompt: the problem under the bank block (and the primed ask, where
@@ -299,18 +262,20 @@ class RSE:
         first_index: int | None = None,
         observe: bool = False,
         k: int | None = None,
+        memory: Memory | None = None,
     ) -> tuple[RoundResult, str]:
         """Round r alone (the loop runs rounds as :class:`~rse_fast.rse.round.RoundRun`);
         returns its result and the next round's block. ``first_index``: the run's sample
         index of this round's first rollout (default: the rollouts of rounds 1..r-1 as
-        configured); ``k``: its rollouts (default: as configured)."""
+        configured); ``k``: its rollouts (default: as configured); ``memory``: what the
+        solve's earlier rounds left (default: none), updated with this round's."""
         cfg = self.config
         k = k if k is not None else cfg.k_for_round(r)
         if first_index is None:
             first_index = sum(cfg.k_for_round(q) for q in range(1, r))
         ask = RoundAsk(problem, r, k, block, gold, distill=distill, observe=observe,
                        first=first_index)  # fmt: skip
-        return await RoundRun(self, ask, bank).run()
+        return await RoundRun(self, ask, bank, memory or Memory()).run()
 
 
 def select_rounds(rounds: list[RoundResult], select_from: str) -> list[RoundResult]:

@@ -25,6 +25,7 @@ from rse_fast.rse.checkpoint import Checkpoint
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.results import RoundResult
 from rse_fast.rse.round import RoundAsk, RoundRun
+from rse_fast.rse.settling import Memory
 
 if TYPE_CHECKING:
     from rse_fast.llm.client import LLMClient
@@ -68,6 +69,7 @@ class Solve:
     rounds: list[RoundResult]
     bank: ExperienceBank
     loop: LoopState
+    memory: Memory = field(default_factory=Memory)  # derived from the rounds, not saved
     resumed_from: int = 0  # rounds that ran before this process took the solve over
 
 
@@ -132,10 +134,10 @@ class RoundLoop:
         messages: list[Message] = self.engine.rollout_messages(self.problem, block)
         return count_prompt_tokens(messages, self.engine.client.count_tokens)
 
-    def _plan(self, r: int, st: LoopState) -> tuple[int, bool, bool, int]:
+    def _plan(self, r: int, solve: Solve) -> tuple[int, bool, bool, int]:
         """Round r's rollouts, whether it is distilled and observed, and the bank tokens its
         prompts show; 0 rollouts: the budget is spent."""
-        engine, spend, cfg = self.engine, self.spend, self.engine.config
+        engine, spend, cfg, st = self.engine, self.spend, self.engine.config, solve.loop
         client = engine.client
         shown = 0 if st.settled else client.count_tokens(st.block)
         unit = st.roll + shown
@@ -150,14 +152,14 @@ class RoundLoop:
             if r > 1:
                 return 0, False, False, shown
             k_r = 1
-        distill, observe = self._distills(r, k_r, st, unit)
+        distill, observe = self._distills(r, k_r, solve, unit)
         return k_r, distill, observe, shown
 
-    def _distills(self, r: int, k_r: int, st: LoopState, unit: float) -> tuple[bool, bool]:
+    def _distills(self, r: int, k_r: int, solve: Solve, unit: float) -> tuple[bool, bool]:
         """Whether round r is distilled (wanted, and affordable with a guided round after
         it) and observed by a checker that runs rollouts (that costs no tokens)."""
-        engine, cfg, spend = self.engine, self.engine.config, self.spend
-        later = not st.settled and (r < cfg.rounds or engine.bank_wanted())
+        engine, cfg, spend, st = self.engine, self.engine.config, self.spend, solve.loop
+        later = not st.settled and (r < cfg.rounds or engine.settling.bank_wanted(solve.memory))
         wanted = cfg.distill_with_model and later
         guided_after = 0.0
         if r < cfg.rounds:
@@ -177,7 +179,7 @@ class RoundLoop:
         """Rounds from where ``solve`` stands until the budget, the rounds or a stop end it."""
         st, cfg = solve.loop, self.engine.config
         for r in range(len(solve.rounds) + 1, 0 if st.finished else cfg.rounds + 1):
-            k_r, distill, observe, shown = self._plan(r, st)
+            k_r, distill, observe, shown = self._plan(r, solve)
             if k_r == 0:
                 break
             ask = RoundAsk(
@@ -186,7 +188,9 @@ class RoundLoop:
             )  # fmt: skip
             before = self.spend.mark()
             try:
-                result, next_block = await RoundRun(self.engine, ask, solve.bank).run()
+                result, next_block = await RoundRun(
+                    self.engine, ask, solve.bank, solve.memory
+                ).run()
             except BudgetExhaustedError:
                 if solve.rounds:
                     break  # a cap-mode budget is spent: answer from the rounds that ran
@@ -274,11 +278,12 @@ class RoundLoop:
                 "use another directory"
             )
         self.spend.restore(saved.records)
-        await self.engine.recall(saved.rounds)
+        follows_vote, keep_bank = self.engine.config.bank_follows_vote, fresh.memory.keep_bank
+        memory = await Memory.recalled(saved.rounds, follows_vote, keep_bank)
         distiller = self.engine.distiller
         distiller.check_counts.update(state.checks)
         distiller.check_counts_by_kind.update(copy.deepcopy(state.checks_by_kind))
-        return Solve(saved.rounds, saved.bank, state)
+        return Solve(saved.rounds, saved.bank, state, memory)
 
 
 def _budget_text(budget: list[Any] | None) -> str:

@@ -26,7 +26,7 @@ from rse_fast.rse.checkpoint import problem_id
 from rse_fast.rse.config import RSEConfig
 from rse_fast.rse.distiller import RolloutOutcome, release_early
 from rse_fast.rse.results import Progress, RolloutRecord, RoundResult
-from rse_fast.rse.settling import RoundSplit
+from rse_fast.rse.settling import Memory, RoundSplit
 from rse_fast.util.tasks import gather_or_cancel
 
 if TYPE_CHECKING:
@@ -73,10 +73,11 @@ def _skipped(rec: RolloutRecord) -> RolloutOutcome:
 
 class RoundRun:
     """Round ``ask.r`` of one solve on ``engine``'s client, distiller and settle rules,
-    filing into ``bank``; :meth:`run` returns its result and the next round's bank block."""
+    filing into ``bank`` and ``memory`` (the solve's); :meth:`run` returns its result and the
+    next round's bank block."""
 
-    def __init__(self, engine: RSE, ask: RoundAsk, bank: ExperienceBank) -> None:
-        self.engine, self.ask, self.bank = engine, ask, bank
+    def __init__(self, engine: RSE, ask: RoundAsk, bank: ExperienceBank, memory: Memory) -> None:
+        self.engine, self.ask, self.bank, self.memory = engine, ask, bank, memory
         self.cfg = engine.config
         self.messages = engine.rollout_messages(ask.problem, ask.block)
         self.rollouts = self.distills = self.failures = self.unparseable = self.refused = 0
@@ -88,7 +89,7 @@ class RoundRun:
             cfg.distill_sees_votes
             or cfg.distill_confident_share is not None
             or cfg.propositions_from_confident
-            or engine.settling.may_settle(ask.r)
+            or engine.settling.may_settle(ask.r, memory)
             or engine.settling.stop_rule is not None
         )
         self.split = RoundSplit(ask.k) if waits else None
@@ -128,8 +129,8 @@ class RoundRun:
         decisions = self._insert(outcomes)
         self.bank.problem_ids.add(problem_id(ask.problem))
         records = [o.record for o in outcomes]
-        await engine.remember(ask.r, records)
-        next_block = engine.render(self.bank, ask.problem, ask.k)
+        await self.memory.remember(ask.r, records, self.cfg.bank_follows_vote)
+        next_block = engine.render(self.bank, ask.problem, ask.k, memory=self.memory)
         t_end = time.perf_counter()
         vote = await off_loop(majority_vote, [x.answer for x in records])
         graded = [x.correct for x in records if x.error is None]
@@ -162,7 +163,7 @@ class RoundRun:
         ask, settling = self.ask, self.engine.settling
         if not ask.distill or self.cfg.distill_mode != "batch":
             return
-        if settling.may_settle(ask.r) and await off_loop(
+        if settling.may_settle(ask.r, self.memory) and await off_loop(
             settling.settles, [o.record.answer for o in outcomes]
         ):
             return
@@ -281,7 +282,7 @@ class RoundRun:
             return None, trusted, votes
         split.add(rec.answer, rec.confidence)
         answers = await split.all_in()
-        if await self.engine.settling.round_needs_no_bank(self.ask.r, split):
+        if await self.engine.settling.round_needs_no_bank(self.ask.r, split, self.memory):
             return _skipped(rec), trusted, votes  # settled or stopping: no later round reads it
         share = cfg.distill_confident_share
         if share is not None and not await split.among_most_confident(rec.confidence, share):

@@ -6,37 +6,86 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from rse_fast.answers import answers_equivalent, majority_vote, off_loop
 from rse_fast.rse.config import RSEConfig
-from rse_fast.rse.results import RoundResult
+from rse_fast.rse.results import RolloutRecord, RoundResult
+
+#: (round, rollout index): where a rollout, and an experience distilled from it, came from
+Source = tuple[int, int]
+
+
+@dataclass
+class Memory:
+    """What one solve's finished rollouts leave for its later rounds: each one's answer and
+    confidence (a shown proposition sides with their weighted vote), and the answers the
+    stop counts. Derived from the solve's rounds, so a resume rebuilds it from the
+    checkpointed ones (:meth:`recalled`); ``keep_bank``: the bank is wanted after the solve
+    (None: the config decides, ``distill_final_round``)."""
+
+    keep_bank: bool | None = None
+    sides: dict[Source, tuple[str | None, float | None]] = field(default_factory=dict)
+    agreeing: set[Source] = field(default_factory=set)  # sides with the weighted vote
+    answers: list[str | None] = field(default_factory=list)
+    confidences: list[float | None] = field(default_factory=list)
+
+    @classmethod
+    async def recalled(
+        cls, rounds: list[RoundResult], follows_vote: bool, keep_bank: bool | None
+    ) -> Memory:
+        """The memory of a solve that has run ``rounds`` (a resumed one goes on as the
+        interrupted one would have)."""
+        memory = cls(keep_bank)
+        for done in rounds:
+            await memory.remember(done.round, done.rollouts, follows_vote)
+        return memory
+
+    async def remember(self, r: int, records: list[RolloutRecord], follows_vote: bool) -> None:
+        """Round ``r``'s finished rollouts: their sides and, with ``follows_vote``, which
+        side with the confidence-weighted vote over every round so far (worked out off the
+        event loop: it compares answers); their answers for the stop."""
+        kept = [x for x in records if x.error is None]
+        for rec in kept:
+            self.sides[(r, rec.index)] = (rec.answer, rec.confidence)
+        if follows_vote:
+            self.agreeing = await off_loop(agreeing_sources, self.sides)
+        self.answers += [x.answer for x in kept]
+        self.confidences += [x.confidence for x in kept]
+
+    def shown_if(self) -> Callable[[str, set[Source]], bool]:
+        """Whether an item may be shown: a pitfall always; a proposition while a rollout it
+        came from sides with the confidence-weighted vote over every round so far."""
+        return lambda kind, sources: kind == "negative" or bool(sources & self.agreeing)
 
 
 class Settling:
-    """The settle rules of one engine, over its config; ``bank_wanted`` says whether the
-    bank is wanted after the run (then a settled round is still distilled)."""
+    """The settle rules of one engine, over its config and a solve's :class:`Memory`."""
 
-    def __init__(self, config: RSEConfig, bank_wanted: Callable[[], bool]) -> None:
-        self.config, self.bank_wanted = config, bank_wanted
+    def __init__(self, config: RSEConfig) -> None:
+        self.config = config
         #: a stop over the answers of every round so far (``RSEMethod``'s ``stop_epsilon``):
         #: a round whose answers settle it is not distilled (no later round would read it)
         self.stop_rule: Callable[[list[str | None], list[float | None]], bool] | None = None
-        self.earlier_answers: list[str | None] = []
-        self.earlier_confidences: list[float | None] = []
 
-    def stops_here(self, answers: list[str | None], confidences: list[float | None]) -> bool:
+    def bank_wanted(self, memory: Memory) -> bool:
+        """Whether the bank is wanted after the solve (then a settled round is still
+        distilled): its ``keep_bank``, else ``distill_final_round``."""
+        return self.config.distill_final_round if memory.keep_bank is None else memory.keep_bank
+
+    def stops_here(
+        self, memory: Memory, answers: list[str | None], confidences: list[float | None]
+    ) -> bool:
         assert self.stop_rule is not None
-        return self.stop_rule(
-            self.earlier_answers + answers, self.earlier_confidences + confidences
-        )
+        return self.stop_rule(memory.answers + answers, memory.confidences + confidences)
 
-    async def round_needs_no_bank(self, r: int, split: RoundSplit) -> bool:
+    async def round_needs_no_bank(self, r: int, split: RoundSplit, memory: Memory) -> bool:
         """Whether no later round would read round ``r``'s bank: its vote settles round 1,
         or its answers settle the stop (each asked once for the whole round)."""
-        if self.may_settle(r) and await split.settled(self.settles, "settle"):
+        if self.may_settle(r, memory) and await split.settled(self.settles, "settle"):
             return True
         return self.stop_rule is not None and await split.settled(
-            lambda answers: self.stops_here(answers, split.confidences), "stop"
+            lambda answers: self.stops_here(memory, answers, split.confidences), "stop"
         )
 
     def is_settled(self, first: RoundResult) -> bool:
@@ -49,7 +98,7 @@ class Settling:
         margin = self.config.settle_margin
         return margin is not None and bool(answers) and vote_margin(answers) >= margin - 1e-9
 
-    def may_settle(self, r: int) -> bool:
+    def may_settle(self, r: int, memory: Memory) -> bool:
         """Whether round ``r`` is distilled only if its vote does not settle: round 1 under a
         settle rule with ``skip_settled_distill``, unless the bank itself is wanted
         (:meth:`bank_wanted`: saved or carried to another problem)."""
@@ -58,7 +107,7 @@ class Settling:
             r == 1
             and cfg.skip_settled_distill
             and cfg.settle_margin is not None
-            and not self.bank_wanted()
+            and not self.bank_wanted(memory)
         )
 
 
@@ -115,9 +164,7 @@ def weighted_leader(answers: list[str | None], confidences: list[float | None]) 
     return majority_vote(answers, weights=weights).answer
 
 
-def agreeing_sources(
-    sides: dict[tuple[int, int], tuple[str | None, float | None]],
-) -> set[tuple[int, int]]:
+def agreeing_sources(sides: dict[Source, tuple[str | None, float | None]]) -> set[Source]:
     """The (round, rollout) pairs whose answer is the confidence-weighted vote's over all
     of ``sides`` (pair → answer and confidence)."""
     leader = weighted_leader([a for a, _ in sides.values()], [c for _, c in sides.values()])

@@ -24,6 +24,7 @@ from aiohttp import web
 from rse_fast.errors import BudgetError, LLMError, RoundFailedError, ServiceError
 from rse_fast.llm.client import LLMClient
 from rse_fast.llm.transport import Timeouts
+from rse_fast.methods import METHODS
 from rse_fast.serve.auth import Gate, keys_from
 from rse_fast.serve.body import parse_body
 from rse_fast.serve.errors import error_response, failure, timed_out
@@ -107,13 +108,15 @@ class Service:
         return app
 
     async def _warm(self, app: web.Application) -> None:
-        """Before serving, off the event loop: the engine's warm-up (dedup kernels, answer
-        checking). Then freeze the heap built so far, so the garbage collector never walks it
-        again: a full collection over numba's and numpy's objects stalls the loop for tens of
-        milliseconds, which is what a proxy's p99 would show."""
-        from rse_fast.rse.engine import warmup
-
-        await asyncio.to_thread(warmup)
+        """Before serving, off the event loop: each family's warm-up (answer checking, RSE's
+        dedup kernels), and the counters families declare shown at zero. Then freeze the heap
+        built so far, so the garbage collector never walks it again: a full collection over
+        numba's and numpy's objects stalls the loop for tens of milliseconds, which is what a
+        proxy's p99 would show."""
+        for family in METHODS.values():
+            await asyncio.to_thread(family.warmup)
+            if family.run_counter is not None:
+                self.metrics.declare(family.run_counter)
         gc.freeze()
 
     async def _close(self, app: web.Application) -> None:

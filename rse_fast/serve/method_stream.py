@@ -50,7 +50,7 @@ class MethodAnswers:
         if not body.get("stream"):
             async with timeout_at(deadline):
                 outcome = await run_method(self.client, spec, encoder, progress=None)
-            self.metrics.add_outcome(outcome.tokens_by_role, outcome.bank_shown)
+            self.metrics.add_outcome(outcome.tokens_by_role, outcome.report)
             return web.json_response(outcome.completion)
         return await self.stream(request, spec, encoder, deadline)
 
@@ -90,7 +90,7 @@ class MethodAnswers:
         if resp is None:
             resp = web.StreamResponse(headers=SSE_HEADERS)
             await resp.prepare(request)
-        self.metrics.add_outcome(outcome.tokens_by_role, outcome.bank_shown)
+        self.metrics.add_outcome(outcome.tokens_by_role, outcome.report)
         for data in answer_chunks(spec, created, outcome):
             await resp.write(sse_event(data))
         await resp.write(b"data: [DONE]\n\n")

@@ -1,5 +1,6 @@
 """Prometheus-format metrics for the service: requests, latency, tokens by role, errors, and
-whether RSE's experience reached a prompt (distillation no prompt showed bought nothing)."""
+the counters families declare of their runs (RSE: whether its experience reached a prompt,
+as distillation no prompt showed bought nothing)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from itertools import accumulate
 
+from rse_fast.methods.request_fields import RunCounter, RunReport
 from rse_fast.serve.auth import QueueStats
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -24,8 +26,9 @@ class Metrics:
         self.latency_count = 0
         self.in_flight = 0
         self.passthrough_without_usage = 0
-        self.rse_runs: dict[bool, int] = defaultdict(int)  # by whether a bank was shown
-        self.rse_unshown_distill_tokens = 0
+        #: per family counter, its runs by their flag and the tokens the "no" runs wasted
+        self.runs: dict[RunCounter, dict[bool, int]] = {}
+        self.wasted_tokens: dict[RunCounter, int] = {}
         self.queue = QueueStats()  # the gate's wait before the concurrency limits
 
     def observe(self, method: str, status: int, seconds: float) -> None:
@@ -44,16 +47,23 @@ class Metrics:
             for role, n in by_role.items():
                 self.tokens[role] += n
 
-    def add_outcome(self, by_role: dict[str, int], bank_shown: bool | None) -> None:
-        """A method request's tokens by role; for RSE, whether its bank reached a prompt and,
-        when it did not, the distillation tokens that bought nothing."""
-        self.add_tokens(by_role)
-        if bank_shown is None:
-            return
+    def declare(self, counter: RunCounter) -> None:
+        """Show a family's counter from the start (at zero), before any run reports to it."""
         with self._lock:
-            self.rse_runs[bank_shown] += 1
-            if not bank_shown:
-                self.rse_unshown_distill_tokens += by_role.get("distill", 0)
+            self.runs.setdefault(counter, defaultdict(int))
+            self.wasted_tokens.setdefault(counter, 0)
+
+    def add_outcome(self, by_role: dict[str, int], report: RunReport | None) -> None:
+        """A method request's tokens by role and, for a family that declares a counter, the
+        run's flag and, when it is "no", the tokens of the counter's role it wasted."""
+        self.add_tokens(by_role)
+        if report is None:
+            return
+        self.declare(report.counter)
+        with self._lock:
+            self.runs[report.counter][report.flag] += 1
+            if not report.flag:
+                self.wasted_tokens[report.counter] += by_role.get(report.counter.wasted_role, 0)
 
     def add_passthrough(self, total_tokens: int | None) -> None:
         """A pass-through reply: its tokens when it reported usage (a streamed reply reports
@@ -99,21 +109,9 @@ class Metrics:
             out += [
                 f'rse_fast_errors_total{{type="{k}"}} {n}' for k, n in sorted(self.errors.items())
             ]
+            for counter, runs in self.runs.items():
+                out += render_counter(counter, runs, self.wasted_tokens[counter])
             out += [
-                "# HELP rse_fast_rse_runs_total RSE requests by whether a bank block reached "
-                "any of their prompts.",
-                "# TYPE rse_fast_rse_runs_total counter",
-            ]
-            out += [
-                f'rse_fast_rse_runs_total{{bank_shown="{str(k).lower()}"}} {n}'
-                for k, n in sorted(self.rse_runs.items())
-            ]
-            out += [
-                "# HELP rse_fast_rse_unshown_distill_tokens_total Distillation tokens of RSE "
-                "requests whose bank reached no prompt (compare with "
-                'rse_fast_tokens_total{role="distill"}).',
-                "# TYPE rse_fast_rse_unshown_distill_tokens_total counter",
-                f"rse_fast_rse_unshown_distill_tokens_total {self.rse_unshown_distill_tokens}",
                 "# HELP rse_fast_passthrough_without_usage_total Pass-through replies that "
                 "reported no usage (streams whose caller did not ask for it).",
                 "# TYPE rse_fast_passthrough_without_usage_total counter",
@@ -136,3 +134,16 @@ class Metrics:
                 f"rse_fast_in_flight {self.in_flight}",
             ]
         return "\n".join(out) + "\n"
+
+
+def render_counter(counter: RunCounter, runs: dict[bool, int], wasted: int) -> list[str]:
+    """A family's counter in Prometheus's text format."""
+    name, wasted_name = f"rse_fast_{counter.name}", f"rse_fast_{counter.wasted_name}"
+    return [
+        f"# HELP {name} {counter.help}",
+        f"# TYPE {name} counter",
+        *(f'{name}{{{counter.label}="{str(k).lower()}"}} {n}' for k, n in sorted(runs.items())),
+        f"# HELP {wasted_name} {counter.wasted_help}",
+        f"# TYPE {wasted_name} counter",
+        f"{wasted_name} {wasted}",
+    ]

@@ -3,7 +3,8 @@ and run them on the upstreams.
 
 A method request honours or refuses each OpenAI field, never ignores one: a field a method
 cannot honour (``n`` > 1, ``stop``, ``response_format``, ``tools``, ``logprobs``, …) gets a 400
-naming it and the method; ``stream_options.include_usage`` is honoured (the usage chunk is sent
+naming it and the method, and so does a field only another family declares (each family's
+``request_fields``); ``stream_options.include_usage`` is honoured (the usage chunk is sent
 only when asked). ``sc:`` honours ``tools``: it samples the conversation as sent and votes over
 the tool calls (``tool_vote``: ``arguments`` by default, or ``name``). Every method, ``rse``
 included, runs in ``cap`` mode: its usage never ends above its ``budget`` (a request without
@@ -13,9 +14,11 @@ one gets ``--default-budget-tokens``), and a budget below one useful call is a 4
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from rse_fast.errors import BudgetTooSmallError, RequestError
@@ -23,15 +26,11 @@ from rse_fast.llm.client import LLMClient
 from rse_fast.llm.cost import TOKENS, CostModel
 from rse_fast.llm.ledger import Ledger
 from rse_fast.methods import METHODS, PriorStore, Problem, make_method
+from rse_fast.methods.request_fields import RequestField, RunReport
 
 #: every family of the catalog, by the name a model prefix gives it
 METHOD_PREFIXES = tuple(METHODS)
 Progress = Callable[[dict[str, Any]], None]
-#: Fields a method request may carry (beyond the method's own: rounds, k, tau, budget, ...).
-HONOURED = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-            "temperature", "seed", "user", "metadata"}  # fmt: skip
-METHOD_FIELDS = {"rounds", "k", "tau", "budget", "rse_details", "tool_vote", "settle_margin",
-                 "entry_point", "visible_tests"}  # fmt: skip
 #: What self-consistency honours on top: agentic requests, voted over their tool calls.
 TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 #: Fields a method cannot honour, and the value that means "not used" (then accepted).
@@ -61,9 +60,7 @@ class MethodRequest:
     model: str  # as the caller named it
     upstream_model: str
     problem: str
-    rounds: int = 3
     k: int = 4
-    tau: float = 0.85
     budget: float = 8000
     #: what ``budget`` counts: tokens, or the operator's price (``"budget_unit": "price"``)
     budget_unit: CostModel = TOKENS
@@ -75,13 +72,8 @@ class MethodRequest:
     messages: tuple[dict[str, Any], ...] = ()
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: str | dict[str, Any] | None = None
-    tool_vote: str = "arguments"
-    settle_margin: float | None = 1.0  # rse: stop guiding once round 1's vote margin is this
-    #: sc: stop once the vote is settled at 1 - this (Beta criterion; by default the measured
-    #: ε); None: spend the budget
-    stop_epsilon: float | None = None
-    #: sc: filter and weight the vote by the model's token confidence (asks for logprobs)
-    confidence: bool = False
+    #: the family's own fields (its ``request_fields``), validated, defaults filled in
+    options: dict[str, Any] = field(default_factory=dict)
     #: a code problem: the function the user message's stub defines, and the examples it
     #: may be checked on while solving (default: those its docstring states)
     entry_point: str | None = None
@@ -92,8 +84,8 @@ class MethodRequest:
 class Outcome:
     completion: dict[str, Any]
     tokens_by_role: dict[str, int] = field(default_factory=dict)
-    #: rse only: whether a bank block reached any prompt (None for other methods)
-    bank_shown: bool | None = None
+    #: what the run adds to its family's counter in the metrics (None: the family keeps none)
+    report: RunReport | None = None
 
 
 def _number(
@@ -143,11 +135,8 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         raise RequestError(
             "method requests need user messages with non-empty text content", param="messages"
         )
-    tools, tool_vote = _tools(body, prefix)
-    settle = body.get("settle_margin", 1.0)
-    if settle is not None:
-        settle = _number(body, "settle_margin", float, 1.0, 0.001, 1.0)
-    stop_epsilon, confidence = _stop_and_confidence(body, prefix)
+    tools = _tools(body, prefix)
+    options = family_options(body, prefix, caps)
     entry_point, visible = _code_problem(body)
     unit, budget = _budget(body, caps)
     default_tokens = min(1024, caps.max_tokens)  # a default never trips the cap
@@ -157,9 +146,7 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         model=model,
         upstream_model=upstream,
         problem="\n\n".join(texts),
-        rounds=_number(body, "rounds", int, 3, 1, caps.max_rounds, "--max-rounds"),
         k=_number(body, "k", int, 4, 1, caps.max_k, "--max-k"),
-        tau=_number(body, "tau", float, 0.85, -0.999, 1.0),
         budget=budget,
         budget_unit=unit,
         max_tokens=_number(
@@ -172,52 +159,74 @@ def parse_method_request(body: dict[str, Any], caps: Caps | None = None) -> Meth
         messages=tuple(body["messages"]) if tools else (),
         tools=tuple(tools or ()),
         tool_choice=body.get("tool_choice") if tools else None,
-        tool_vote=tool_vote,
-        settle_margin=settle,
-        stop_epsilon=stop_epsilon,
-        confidence=confidence,
+        options=options,
         entry_point=entry_point,
         visible_tests=tuple(visible) if visible is not None else None,
     )
 
 
-def _tools(body: dict[str, Any], prefix: str) -> tuple[list[Any] | None, str]:
-    """The request's tools (for a family that takes them) and how their calls are voted."""
+def _tools(body: dict[str, Any], prefix: str) -> list[Any] | None:
+    """The request's tools, for a family that takes them."""
     tools = body.get("tools") if METHODS[prefix].takes_tools else None
     if tools is not None and (
         not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
     ):
         raise RequestError("'tools' must be a list of tool objects", param="tools")
-    tool_vote = body.get("tool_vote", "arguments")
-    if tool_vote not in ("name", "arguments"):
-        raise RequestError(
-            f"'tool_vote' must be 'name' or 'arguments', got {tool_vote!r}", param="tool_vote"
-        )
-    return tools, tool_vote
+    return tools
 
 
-def _stop_and_confidence(body: dict[str, Any], prefix: str) -> tuple[float | None, bool]:
-    """The statistical stop's ε (the family's measured default when left out; off when sent
-    as null) and whether confidence is asked for, each refused by a family without it."""
-    for name in ("stop_epsilon", "confidence"):
-        if body.get(name) not in (None, False) and name not in METHODS[prefix].request_fields:
-            takers = sorted(m for m in METHOD_PREFIXES if name in METHODS[m].request_fields)
+def family_options(body: dict[str, Any], prefix: str, caps: Caps) -> dict[str, Any]:
+    """The family's declared fields, each validated (its default where left out; None where
+    a nullable one is sent as null). A field another family declares is refused, naming the
+    families that take it: a method request never ignores a field."""
+    family = METHODS[prefix]
+    own = {f.name for f in family.request_fields}
+    for name in declared_fields().keys() - own:
+        if body.get(name) not in (None, False):
+            takers = ", ".join(declared_fields()[name])
             raise RequestError(
-                f"'{name}' is not an option of method '{prefix}' (methods that take it: "
-                f"{', '.join(takers)})",
+                f"'{name}' is not an option of method '{prefix}' (methods that take it: {takers})",
                 param=name,
             )
-    stop_epsilon = body.get("stop_epsilon", METHODS[prefix].service_defaults.get("stop_epsilon"))
-    if stop_epsilon is not None:
-        stop_epsilon = _number(
-            {"stop_epsilon": stop_epsilon}, "stop_epsilon", float, None, 1e-4, 0.5
-        )
-    confidence = body.get("confidence", False)
-    if not isinstance(confidence, bool):
-        raise RequestError(
-            f"'confidence' must be true or false, got {confidence!r}", param="confidence"
-        )
-    return stop_epsilon, confidence
+    return {f.name: field_value(body, f, caps) for f in family.request_fields}
+
+
+@functools.cache
+def declared_fields() -> dict[str, tuple[str, ...]]:
+    """Every family's request fields, each with the families that declare it."""
+    takers: dict[str, list[str]] = {}
+    for name, family in METHODS.items():
+        for f in family.request_fields:
+            takers.setdefault(f.name, []).append(name)
+    return {name: tuple(sorted(names)) for name, names in takers.items()}
+
+
+def field_value(body: dict[str, Any], spec: RequestField, caps: Caps) -> Any:
+    """One declared field's value from the request, or a ``RequestError`` naming it."""
+    if spec.name not in body:
+        return spec.default
+    value = body[spec.name]
+    if value is None and spec.nullable:
+        return None
+    if spec.choices:
+        if value not in spec.choices:
+            raise RequestError(
+                f"'{spec.name}' must be {' or '.join(repr(c) for c in spec.choices)}, "
+                f"got {value!r}",
+                param=spec.name,
+            )
+        return value
+    if spec.kind is bool:
+        if not isinstance(value, bool):
+            raise RequestError(
+                f"'{spec.name}' must be true or false, got {value!r}", param=spec.name
+            )
+        return value
+    lo = -math.inf if spec.lo is None else spec.lo
+    hi, flag = math.inf if spec.hi is None else spec.hi, ""
+    if spec.cap is not None:
+        hi, flag = getattr(caps, spec.cap), "--" + spec.cap.replace("_", "-")
+    return _number(body, spec.name, spec.kind, spec.default, lo, hi, flag)
 
 
 def _code_problem(body: dict[str, Any]) -> tuple[str | None, list[Any] | None]:
@@ -332,7 +341,8 @@ async def run_method(
         budget_unit=spec.budget_unit,
     )
     family = METHODS[spec.method]
-    options.update(family.request_options(asdict(spec), encoder=encoder, progress=progress))
+    request = {"k": spec.k, **spec.options}
+    options.update(family.request_options(request, encoder=encoder, progress=progress))
     if progress and not family.reports_progress:
         progress({"method": spec.method, "status": "started", "budget": spec.budget})
     method = make_method(spec.method, **options).keep_priors(PRIORS)
@@ -380,4 +390,4 @@ async def run_method(
     if spec.details:
         completion["rse_fast"] = details
     roles = {k: v.total_tokens for k, v in res.ledger.by_role().items()}
-    return Outcome(completion, roles, method.bank_shown(res))
+    return Outcome(completion, roles, method.run_report(res))

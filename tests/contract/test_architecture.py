@@ -268,19 +268,19 @@ def import_cycles(tree: Tree) -> list[list[str]]:
 # fmt: off
 METHOD_ROOMS: dict[str, set[str]] = {
     "types": set(), "priors": set(), "judge": {"types"}, "defaults": set(),
-    "waves": {"types"}, "voting": {"types"},
-    "base": {"types", "priors", "waves"},
+    "request_fields": {"defaults"}, "waves": {"types"}, "voting": {"types"},
+    "base": {"types", "priors", "request_fields", "waves"},
     "sampling": {"base", "types", "voting", "waves"},
     "stepwise": {"base", "judge", "types", "voting", "waves"},
-    "sc": {"base", "defaults", "sampling", "types", "voting", "waves"},
-    "bon": {"base", "judge", "sampling", "types", "voting", "waves"},
+    "sc": {"base", "request_fields", "sampling", "types", "voting", "waves"},
+    "bon": {"base", "judge", "request_fields", "sampling", "types", "voting", "waves"},
     "fusion": {"base", "sampling", "types", "voting", "waves"},
     "refine": {"base", "judge", "sampling", "types", "voting", "waves"},
     "reflexion": {"base", "sampling", "types", "voting", "waves"},
     "beam": {"stepwise", "types"}, "particle": {"stepwise", "types", "waves"},
-    "rse_method": {"base", "types", "voting", "waves"},
+    "rse_method": {"base", "request_fields", "types", "voting", "waves"},
     # families by name, imported lazily; the vote's ConfidenceRule for +conf-online
-    "catalog": {"base", "defaults", "rse_method", "voting"},
+    "catalog": {"base", "defaults", "voting"},
 }
 # fmt: on
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -763,3 +764,27 @@ async def test_no_statement_is_filed_under_both_names_over_ten_seeded_runs(encod
         assert (step in negatives) != (step in positives), seed  # under one name, not lost
         conflicts = [d for r in result.rounds for d in r.decisions if d.conflict]
         assert conflicts, seed  # the rule was exercised, not dodged
+
+
+async def test_a_solves_state_is_its_own_value_rebuilt_whole_from_its_rounds(encoder):
+    """Two solves on one engine at once keep apart what their rollouts left (the engine
+    holds no solve's state), and what a solve remembers is rebuilt from its rounds alone, as
+    a resume rebuilds it."""
+    from rse_fast.rse.bank import ExperienceBank as Bank
+    from rse_fast.rse.loop import unbounded
+    from rse_fast.rse.settling import Memory
+
+    async with ScriptedServer(default_reply=reply) as srv:
+        rse = make_rse(srv.base_url, encoder, bank_follows_vote=True, confidence_top_logprobs=5)
+        solves = [
+            rse.run_loop(PROBLEM, unbounded(rse.client), Bank(encoder.dim), keep_bank=keep)
+            for keep in (True, None)
+        ]
+        async with rse.client:
+            one, two = await asyncio.gather(*solves)
+    assert one.memory is not two.memory and one.memory.keep_bank and two.memory.keep_bank is None
+    assert len(one.memory.sides) == sum(len(r.rollouts) for r in one.rounds) > 0
+    assert one.memory.agreeing and one.memory.agreeing <= set(one.memory.sides)
+    for solve in (one, two):
+        keep = solve.memory.keep_bank
+        assert await Memory.recalled(solve.rounds, True, keep) == solve.memory

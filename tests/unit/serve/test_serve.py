@@ -329,10 +329,13 @@ async def test_metrics_say_whether_rse_showed_its_bank():
 
 
 def test_unshown_distillation_tokens_are_counted():
+    from rse_fast.methods.request_fields import RunReport
+    from rse_fast.methods.rse_method import BANK_SHOWN
+
     metrics = Metrics()
-    metrics.add_outcome({"explore": 900, "distill": 300}, bank_shown=False)
-    metrics.add_outcome({"explore": 900, "distill": 200}, bank_shown=True)
-    metrics.add_outcome({"explore": 500}, bank_shown=None)  # not an RSE request
+    metrics.add_outcome({"explore": 900, "distill": 300}, RunReport(BANK_SHOWN, False))
+    metrics.add_outcome({"explore": 900, "distill": 200}, RunReport(BANK_SHOWN, True))
+    metrics.add_outcome({"explore": 500}, None)  # not an RSE request
     text = metrics.render()
     assert "rse_fast_rse_unshown_distill_tokens_total 300" in text
     assert 'rse_fast_tokens_total{role="distill"} 500' in text
@@ -538,3 +541,14 @@ async def test_scripted_upstream_reports_each_tagged_requests_time_in_its_handle
             rows = await r.json()
     assert [row["user"] for row in rows] == ["a-0", "a-1"]
     assert all(0.05 <= row["held_s"] < 0.5 for row in rows), rows
+
+
+async def test_a_fresh_service_shows_each_declared_family_counter_at_zero():
+    """The counters families declare are on /metrics from the start, before any run, so a
+    dashboard's rate() has a zero to start from."""
+    async with ScriptedServer(default_reply=reply) as up, service(up) as (_, url):
+        async with aiohttp.ClientSession() as s:
+            text = await (await s.get(url.removesuffix("/v1") + "/metrics")).text()
+    assert "# TYPE rse_fast_rse_runs_total counter" in text
+    assert "rse_fast_rse_unshown_distill_tokens_total 0" in text
+    assert "rse_fast_rse_runs_total{" not in text  # no run has reported yet
