@@ -108,7 +108,7 @@ class Distiller:
             return True
         if self.config.distill_continues is not None:
             return self.config.distill_continues
-        return any(r.cached_tokens for r in self.client.ledger.records)
+        return self.client.ledger.cached_tokens > 0
 
     def _client(self) -> LLMClient:
         """The client distillations go to, booked in the run's ledger."""
