@@ -37,7 +37,8 @@ TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 REFUSED_UNLESS = {"n": 1, "stop": None, "response_format": None, "tools": None, "tool_choice": None,
                   "logprobs": False, "top_logprobs": None, "logit_bias": None,
                   "presence_penalty": 0, "frequency_penalty": 0, "parallel_tool_calls": None,
-                  "audio": None, "modalities": None, "prediction": None}  # fmt: skip
+                  "audio": None, "modalities": None, "prediction": None, "top_p": 1,
+                  "reasoning_effort": None, "web_search_options": None}  # fmt: skip
 
 
 @dataclass(frozen=True)

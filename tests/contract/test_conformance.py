@@ -276,6 +276,8 @@ async def test_method_requests_are_capped_and_refuse_what_they_cannot_honour():
                 ("tools", [{"type": "function"}]),
                 ("logprobs", True),
                 ("response_format", {"type": "json_object"}),
+                ("top_p", 0.9),  # the methods sample the whole distribution
+                ("reasoning_effort", "high"),
             )
             for field, value in refused:
                 status, data = await post({field: value})
@@ -283,7 +285,7 @@ async def test_method_requests_are_capped_and_refuse_what_they_cannot_honour():
                 assert (
                     f"'{field}'" in data["error"]["message"] and "'rse'" in data["error"]["message"]
                 )
-            status, data = await post({"n": 1, "budget": 3000, "rounds": 4, "k": 4})
+            status, data = await post({"n": 1, "top_p": 1, "budget": 3000, "rounds": 4, "k": 4})
     assert status == 200 and data["created"] > 0
     assert data["usage"]["total_tokens"] <= 3000 * 1.25  # rse honours the budget
 
