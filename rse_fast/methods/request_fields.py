@@ -3,7 +3,7 @@ metrics, declared on the family so the service builds any family without naming 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rse_fast.methods.defaults import STOP_EPSILON
@@ -31,9 +31,7 @@ class RequestField:
 #: the fields more than one family reads, declared once
 STOP_FIELD = RequestField("stop_epsilon", float, None, lo=1e-4, hi=0.5, nullable=True)
 #: sc's stop reaches plain sc's accuracy for less (docs/cost-and-stopping.md): on by default
-MEASURED_STOP_FIELD = RequestField(
-    "stop_epsilon", float, STOP_EPSILON, lo=1e-4, hi=0.5, nullable=True
-)
+MEASURED_STOP_FIELD = replace(STOP_FIELD, default=STOP_EPSILON)
 CONFIDENCE_FIELD = RequestField("confidence", bool, False)
 
 
